@@ -1,0 +1,37 @@
+# `make test` and `make demo` are the whole set-up: each installs what it needs first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+SWORD := /usr/share/sword/modules/texts/ztext
+STAMP := $(VENV)/.installed
+
+.PHONY: setup sword test demo clean
+
+setup: $(STAMP)
+
+# torch first, from the CPU build pinned here (a bare `torch` would fetch CUDA);
+# fairseq with --no-deps (it declares torchaudio); its real deps from requirements.txt.
+$(STAMP): requirements.txt pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q --no-deps ve-fairseq==0.12.3
+	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(PY) -c "import torch, fairseq, luong_plugin; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"
+	touch $@
+
+# The Bible texts (Debian packages, public domain) for the demo and the end-to-end tests.
+sword:
+	@if [ ! -d $(SWORD)/spaRV1909eb ] || [ ! -d $(SWORD)/engWEB2015eb ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq sword-text-sparv sword-text-web; \
+	fi
+
+test: setup sword
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) data data-bin checkpoints

@@ -1,0 +1,3 @@
+"""Registered models: one file per model."""
+
+from . import luong  # noqa: F401

@@ -1,0 +1,76 @@
+"""Dataclass options shared by the plugin's models.
+
+One source of truth for defaults: the dataclass. The command line gets every
+field through ``add_dataclass_args`` with no argparse default (None), so named
+architectures can fill in their differences and ``fill_defaults`` the rest;
+``fairseq-hydra-train`` reads the same dataclass.
+"""
+
+import argparse
+from dataclasses import MISSING, fields
+from enum import Enum
+
+from fairseq.utils import safe_getattr
+
+
+def _choices(field_type):
+    if isinstance(field_type, type) and issubclass(field_type, Enum):
+        return [member.value for member in field_type]
+    return None
+
+
+# Options the translation task already owns (its defaults apply).
+TASK_OPTIONS = {"max_source_positions", "max_target_positions"}
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, config_cls) -> None:
+    """Add one option per field, booleans as a ``--x`` / ``--no-x`` pair."""
+    for f in fields(config_cls):
+        if f.name.startswith("_") or f.name in TASK_OPTIONS:
+            continue
+        option = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help")
+        try:
+            if f.type is bool:
+                parser.add_argument(
+                    option, dest=f.name, action="store_true", default=None, help=help_text
+                )
+                parser.add_argument(
+                    "--no-" + option[2:],
+                    dest=f.name,
+                    action="store_false",
+                    default=None,
+                    help=f"disable {option}",
+                )
+                continue
+            choices = _choices(f.type)
+            parser.add_argument(
+                option,
+                dest=f.name,
+                type=str if choices else f.type,
+                choices=choices,
+                default=None,
+                metavar=None if choices else f.type.__name__.upper(),
+                help=help_text,
+            )
+        except argparse.ArgumentError:
+            pass  # already added by another component (e.g. the task)
+
+
+def config_defaults(config_cls) -> dict:
+    defaults = {}
+    for f in fields(config_cls):
+        if f.name.startswith("_"):
+            continue
+        if f.default is not MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
+
+
+def fill_defaults(args, values: dict) -> None:
+    """Set every option that is unset (None) on a Namespace or DictConfig."""
+    for name, value in values.items():
+        if safe_getattr(args, name) is None:
+            setattr(args, name, getattr(value, "value", value))

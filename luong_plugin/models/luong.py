@@ -1,0 +1,260 @@
+"""Luong, Pham & Manning (2015), "Effective Approaches to Attention-based Neural
+Machine Translation" (arXiv:1508.04025), as the fairseq model ``luong``.
+
+The defaults are the paper's best single system (local-p, general score,
+D = 10, input feeding, reversed source, 4 x 1000 LSTMs, dropout 0.2, uniform
+init in [-0.1, 0.1]); every named architecture below sets only its differences.
+"""
+
+from dataclasses import dataclass, field
+
+import torch.nn as nn
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
+    FairseqEncoderDecoderModel,
+    register_model,
+    register_model_architecture,
+)
+
+from ..modules.attention import LuongAttention
+from ..modules.luong_decoder import LuongDecoder
+from ..modules.lstm_encoder import LuongEncoder
+from ..modules.options import OptionError, require_positive
+from ..modules.scores import SCORES
+from ..modules.windows import WINDOWS
+from .config import add_dataclass_args, config_defaults, fill_defaults
+
+ScoreChoice = ChoiceEnum(list(SCORES))
+WindowChoice = ChoiceEnum(["none"] + list(WINDOWS))
+
+
+@dataclass
+class LuongConfig(FairseqDataclass):
+    encoder_embed_dim: int = field(default=1000, metadata={"help": "source embedding dim"})
+    encoder_hidden_size: int = field(default=1000, metadata={"help": "encoder LSTM cells"})
+    encoder_layers: int = field(default=4, metadata={"help": "encoder LSTM layers"})
+    decoder_embed_dim: int = field(default=1000, metadata={"help": "target embedding dim"})
+    decoder_hidden_size: int = field(default=1000, metadata={"help": "decoder LSTM cells"})
+    decoder_layers: int = field(default=4, metadata={"help": "decoder LSTM layers"})
+    decoder_out_embed_dim: int = field(
+        default=1000, metadata={"help": "dim of the attentional hidden state h~_t (eq. 5)"}
+    )
+    attention_score: ScoreChoice = field(
+        default="general", metadata={"help": "score function, eq. (8) and location"}
+    )
+    attention_window: WindowChoice = field(
+        default="local-p",
+        metadata={"help": "attention window; 'none' is the paper's Base (no attention)"},
+    )
+    window_size: int = field(
+        default=10, metadata={"help": "D: local windows cover [p_t - D, p_t + D]"}
+    )
+    renormalize_window: bool = field(
+        default=False,
+        metadata={"help": "local-p: renormalise after the Gaussian (Luong's code does not)"},
+    )
+    input_feeding: bool = field(
+        default=True, metadata={"help": "feed h~_{t-1} to the next decoder input (§3.3)"}
+    )
+    reverse_source: bool = field(
+        default=True, metadata={"help": "the encoder reads the source right to left"}
+    )
+    dropout: float = field(
+        default=0.2, metadata={"help": "dropout between stacked layers and before W_s"}
+    )
+    init_range: float = field(
+        default=0.1, metadata={"help": "uniform init of all parameters in [-r, r]"}
+    )
+    share_decoder_input_output_embed: bool = field(
+        default=False, metadata={"help": "tie the target embedding and W_s"}
+    )
+    max_source_positions: int = field(
+        default=1024, metadata={"help": "longest source; also the size of the location score"}
+    )
+    max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
+
+
+def validate(cfg) -> None:
+    window = getattr(cfg.attention_window, "value", cfg.attention_window)
+    for option in (
+        "encoder_embed_dim",
+        "encoder_hidden_size",
+        "encoder_layers",
+        "decoder_embed_dim",
+        "decoder_hidden_size",
+        "decoder_layers",
+        "decoder_out_embed_dim",
+        "max_source_positions",
+        "max_target_positions",
+    ):
+        require_positive("--" + option.replace("_", "-"), getattr(cfg, option))
+    if window in ("local-m", "local-p"):
+        require_positive("--window-size", cfg.window_size)
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise OptionError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+    if not cfg.init_range > 0:
+        raise OptionError(f"--init-range must be > 0, got {cfg.init_range}")
+    if cfg.encoder_layers != cfg.decoder_layers:
+        raise OptionError(
+            "the decoder starts from the encoder's final states, so --encoder-layers "
+            f"({cfg.encoder_layers}) must equal --decoder-layers ({cfg.decoder_layers})"
+        )
+    if cfg.encoder_hidden_size != cfg.decoder_hidden_size:
+        raise OptionError(
+            "the decoder starts from the encoder's final states, so "
+            f"--encoder-hidden-size ({cfg.encoder_hidden_size}) must equal "
+            f"--decoder-hidden-size ({cfg.decoder_hidden_size})"
+        )
+    if window == "none":
+        if cfg.input_feeding:
+            raise OptionError(
+                "--input-feeding feeds the attentional state h~_t, which does not exist "
+                "with --attention-window none; add --no-input-feeding"
+            )
+        if cfg.decoder_out_embed_dim != cfg.decoder_hidden_size:
+            raise OptionError(
+                "with --attention-window none the output layer reads h_t, so "
+                f"--decoder-out-embed-dim ({cfg.decoder_out_embed_dim}) must equal "
+                f"--decoder-hidden-size ({cfg.decoder_hidden_size})"
+            )
+    if cfg.share_decoder_input_output_embed and (
+        cfg.decoder_out_embed_dim != cfg.decoder_embed_dim
+    ):
+        raise OptionError(
+            "--share-decoder-input-output-embed needs --decoder-out-embed-dim "
+            f"({cfg.decoder_out_embed_dim}) == --decoder-embed-dim ({cfg.decoder_embed_dim})"
+        )
+
+
+@register_model("luong", dataclass=LuongConfig)
+class LuongModel(FairseqEncoderDecoderModel):
+    @classmethod
+    def add_args(cls, parser):
+        add_dataclass_args(parser, LuongConfig)
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        fill_defaults(cfg, config_defaults(LuongConfig))
+        validate(cfg)
+        window = getattr(cfg.attention_window, "value", cfg.attention_window)
+        encoder = LuongEncoder(
+            task.source_dictionary,
+            embed_dim=cfg.encoder_embed_dim,
+            hidden_size=cfg.encoder_hidden_size,
+            num_layers=cfg.encoder_layers,
+            dropout=cfg.dropout,
+            reverse_source=cfg.reverse_source,
+            max_source_positions=cfg.max_source_positions,
+        )
+        attention = None
+        if window != "none":
+            attention = LuongAttention(
+                cfg.attention_score,
+                window,
+                query_dim=cfg.decoder_hidden_size,
+                key_dim=cfg.encoder_hidden_size,
+                window_size=cfg.window_size,
+                renormalize=cfg.renormalize_window,
+                max_source_positions=cfg.max_source_positions,
+            )
+        decoder = LuongDecoder(
+            task.target_dictionary,
+            embed_dim=cfg.decoder_embed_dim,
+            hidden_size=cfg.decoder_hidden_size,
+            out_embed_dim=cfg.decoder_out_embed_dim,
+            num_layers=cfg.decoder_layers,
+            dropout=cfg.dropout,
+            attention=attention,
+            input_feeding=cfg.input_feeding,
+            encoder_output_dim=cfg.encoder_hidden_size,
+            max_target_positions=cfg.max_target_positions,
+            share_input_output_embed=cfg.share_decoder_input_output_embed,
+        )
+        model = cls(encoder, decoder)
+        init_uniform_(model, cfg.init_range)
+        return model
+
+    def max_positions(self):
+        return (self.encoder.max_positions(), self.decoder.max_positions())
+
+
+def init_uniform_(model: nn.Module, init_range: float) -> None:
+    """§4.1: all parameters uniform in [-init_range, init_range]; padding rows zero."""
+    for param in model.parameters():
+        nn.init.uniform_(param, -init_range, init_range)
+    for embedding in (model.encoder.embed_tokens, model.decoder.embed_tokens):
+        embedding.weight.data[embedding.padding_idx].zero_()
+
+
+# -- named architectures: each sets only its differences from LuongConfig --------
+WMT = {}  # the paper's WMT'14 En-De systems use the defaults' sizes
+BASE = dict(WMT, attention_window="none", input_feeding=False, reverse_source=False)
+ATTENTIONAL = dict(WMT)  # reverse + dropout + input feeding (Table 4)
+
+ARCHS = {
+    "luong_wmt_en_de": ATTENTIONAL,
+    # Table 1, one row each (rows 7-8 are decoding options: --replace-unk, ensembles)
+    "luong_base_wmt_en_de": dict(BASE, dropout=0.0),
+    "luong_base_reverse_wmt_en_de": dict(BASE, dropout=0.0, reverse_source=True),
+    "luong_base_reverse_dropout_wmt_en_de": dict(BASE, reverse_source=True),
+    "luong_global_location_no_feed_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="global", attention_score="location", input_feeding=False
+    ),
+    # Table 4 (and Table 1 rows 5-6)
+    "luong_global_location_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="global", attention_score="location"
+    ),
+    "luong_global_dot_wmt_en_de": dict(ATTENTIONAL, attention_window="global", attention_score="dot"),
+    "luong_global_general_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="global", attention_score="general"
+    ),
+    "luong_global_concat_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="global", attention_score="concat"
+    ),
+    "luong_local_m_dot_wmt_en_de": dict(ATTENTIONAL, attention_window="local-m", attention_score="dot"),
+    "luong_local_m_general_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="local-m", attention_score="general"
+    ),
+    "luong_local_p_dot_wmt_en_de": dict(ATTENTIONAL, attention_window="local-p", attention_score="dot"),
+    "luong_local_p_general_wmt_en_de": dict(ATTENTIONAL),
+    # tiny, for tests: every option still selectable
+    "luong_tiny": dict(
+        encoder_embed_dim=16,
+        encoder_hidden_size=24,
+        encoder_layers=2,
+        decoder_embed_dim=16,
+        decoder_hidden_size=24,
+        decoder_layers=2,
+        decoder_out_embed_dim=20,
+        window_size=3,
+        dropout=0.1,
+    ),
+}
+
+DEFAULTS = config_defaults(LuongConfig)
+
+
+def base_architecture(args):
+    fill_defaults(args, DEFAULTS)
+
+
+# register_model(dataclass=...) registers a no-op arch "luong"; ours fills the
+# defaults on the namespace so they are saved with the checkpoint.
+ARCH_CONFIG_REGISTRY["luong"] = base_architecture
+
+
+def _register(name: str, differences: dict) -> None:
+    @register_model_architecture("luong", name)
+    def arch(args):
+        fill_defaults(args, differences)
+        base_architecture(args)
+
+
+for _name, _differences in ARCHS.items():
+    _register(_name, _differences)
+
+
+def arch_config(name: str) -> dict:
+    """The full option values of a named architecture."""
+    return {**DEFAULTS, **ARCHS.get(name, {})}

@@ -1,0 +1,1 @@
+"""Building blocks: encoders, scores x windows, attention, decoders."""

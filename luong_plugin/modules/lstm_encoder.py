@@ -1,0 +1,95 @@
+"""Stacked unidirectional LSTM encoder of Luong et al. (2015), §2.
+
+The encoder reads each sentence left to right, or right to left with
+``reverse_source`` (Sutskever et al. 2014; Luong Table 1: +1.3 BLEU), but its
+outputs h̄_s are always returned in the original, true source order (source.py),
+so that positions p_t, s and location scores refer to the source as written.
+
+encoder_out (a dict, every tensor batch-first except the final states):
+    encoder_out    B x S x E   h̄_s, top layer, true order, zero on padding
+    src_pad_mask   B x S       True on padding (true order)
+    src_lengths    B           S_b
+    src_order      B x S       true position -> column of src_tokens
+    final_hiddens  L x B x E   last state of each layer (after the whole sentence)
+    final_cells    L x B x E
+
+Shape legend: B batch, S source len (padded), C embedding dim, E hidden size, L layers.
+"""
+
+from typing import Dict
+
+import torch.nn as nn
+from fairseq.models import FairseqEncoder
+from torch import Tensor
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .source import SourceLayout, gather_positions, reorder_batch
+
+ENCODER_BATCH_DIMS = {
+    "encoder_out": 0,
+    "src_pad_mask": 0,
+    "src_lengths": 0,
+    "src_order": 0,
+    "final_hiddens": 1,
+    "final_cells": 1,
+}
+
+
+def run_packed(rnn: nn.RNNBase, x: Tensor, lengths: Tensor, hidden=None):
+    """Run a batch-first RNN over right-padded x, each row only up to its length."""
+    packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out, final = rnn(packed, hidden)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
+    return out, final  # B x S x E
+
+
+class LuongEncoder(FairseqEncoder):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        dropout: float,
+        reverse_source: bool,
+        max_source_positions: int,
+    ):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.reverse_source = reverse_source
+        self.max_source_positions = max_source_positions
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, self.padding_idx)
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(
+            embed_dim,
+            hidden_size,
+            num_layers,
+            batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+        self.output_dim = hidden_size
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor = None) -> Dict[str, Tensor]:
+        layout = SourceLayout.from_tokens(src_tokens, self.padding_idx)
+        tokens = layout.to_true_order(src_tokens)  # B x S
+        if self.reverse_source:
+            reverse = layout.reversed_index()  # B x S
+            tokens = tokens.gather(1, reverse)
+        x = self.dropout(self.embed_tokens(tokens))  # B x S x C
+        out, (final_hiddens, final_cells) = run_packed(self.lstm, x, layout.lengths)
+        if self.reverse_source:
+            out = gather_positions(out, reverse)  # back to true order
+        return {
+            "encoder_out": out,  # B x S x E
+            "src_pad_mask": layout.pad_mask,
+            "src_lengths": layout.lengths,
+            "src_order": layout.order,
+            "final_hiddens": final_hiddens,  # L x B x E
+            "final_cells": final_cells,
+        }
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor):
+        return reorder_batch(encoder_out, new_order, ENCODER_BATCH_DIMS)
+
+    def max_positions(self) -> int:
+        return self.max_source_positions

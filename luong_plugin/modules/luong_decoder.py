@@ -1,0 +1,172 @@
+"""Stacked LSTM decoder of Luong et al. (2015) with global or local attention.
+
+    h_t    = LSTM(y_{t-1} [; h̃_{t-1}], h_{t-1})     §2, input feeding §3.3
+    c_t    = attention(h_t, h̄)                        §3.1-3.2 (attention.py)
+    h̃_t    = tanh(W_c [c_t; h_t])                    eq. (5)
+    p(y_t) = softmax(W_s h̃_t)                        eq. (6)
+
+Without attention (the paper's "Base", ``attention=None``): p(y_t) = softmax(W_s h_t).
+
+The decoder starts from the encoder's final (h, c) of every layer and h̃_0 = 0.
+With input feeding the LSTM must run step by step; without it nothing depends
+on the previous step's attention, so the LSTM runs over the whole target at
+once and attention for all steps is one batched product.
+
+Dropout (``--dropout``): on the embeddings, between stacked layers, and on h̃_t
+before W_s; the input feed carries h̃_t itself.
+
+Incremental state (``cached_state``), batch dimension of each key:
+    hidden      L x B x H   (dim 1)
+    cell        L x B x H   (dim 1)
+    input_feed  B x O       (dim 0)   h̃_{t-1}
+    proj_keys   B x S x K   (dim 0)   the score's projection of h̄, once per sentence
+The step t is derived from the prefix length, never counted.
+
+Shape legend: B batch, T target len, S source len (padded), C embedding dim,
+E encoder dim, H decoder hidden, O attentional hidden (h̃) dim, V vocab, L layers.
+"""
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from fairseq.models import FairseqIncrementalDecoder
+from torch import Tensor
+
+from .attention import LuongAttention
+from .source import attention_to_src_layout, reorder_batch
+
+DECODER_BATCH_DIMS = {"hidden": 1, "cell": 1, "input_feed": 0, "proj_keys": 0}
+
+
+class LuongDecoder(FairseqIncrementalDecoder):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        hidden_size: int,
+        out_embed_dim: int,
+        num_layers: int,
+        dropout: float,
+        attention: Optional[LuongAttention],
+        input_feeding: bool,
+        encoder_output_dim: int,
+        max_target_positions: int,
+        share_input_output_embed: bool = False,
+    ):
+        super().__init__(dictionary)
+        self.attention = attention
+        self.input_feeding = input_feeding
+        self.out_embed_dim = out_embed_dim
+        self.max_target_positions = max_target_positions
+        self.need_attn = True
+        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, dictionary.pad())
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(
+            embed_dim + (out_embed_dim if input_feeding else 0),
+            hidden_size,
+            num_layers,
+            batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+        if attention is not None:
+            self.W_c = nn.Linear(encoder_output_dim + hidden_size, out_embed_dim, bias=False)
+        self.W_s = nn.Linear(out_embed_dim, len(dictionary))
+        if share_input_output_embed:
+            self.W_s.weight = self.embed_tokens.weight
+
+    # -- state -------------------------------------------------------------
+    def initial_state(self, encoder_out: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        hidden = encoder_out["final_hiddens"]  # L x B x H
+        state = {
+            "hidden": hidden,
+            "cell": encoder_out["final_cells"],
+            "input_feed": hidden.new_zeros(hidden.size(1), self.out_embed_dim),  # B x O
+        }
+        if self.attention is not None:
+            state["proj_keys"] = self.attention.precompute(encoder_out["encoder_out"])
+        return state
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        state = self.get_incremental_state(incremental_state, "cached_state")
+        if state is not None:
+            state = reorder_batch(state, new_order, DECODER_BATCH_DIMS)
+            self.set_incremental_state(incremental_state, "cached_state", state)
+
+    # -- forward -----------------------------------------------------------
+    def forward(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
+        features, extra = self.extract_features(
+            prev_output_tokens, encoder_out, incremental_state
+        )
+        return self.output_layer(features), extra
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.W_s(features)  # B x T x V, eq. (6)
+
+    def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
+        state = None
+        start = 0
+        if incremental_state is not None:
+            start = prev_output_tokens.size(1) - 1
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            state = self.get_incremental_state(incremental_state, "cached_state")
+        if state is None:
+            state = self.initial_state(encoder_out)
+        T = prev_output_tokens.size(1)
+        steps = torch.arange(start, start + T, device=prev_output_tokens.device)  # T
+        x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x C
+
+        if self.input_feeding:
+            attn_vecs, probs, centers = [], [], []
+            hidden, cell, input_feed = state["hidden"], state["cell"], state["input_feed"]
+            for t in range(T):
+                rnn_in = torch.cat([x[:, t : t + 1], input_feed.unsqueeze(1)], dim=-1)
+                query, (hidden, cell) = self.lstm(rnn_in, (hidden, cell))  # B x 1 x H
+                attn_vec, prob, center = self._attend(
+                    query, state["proj_keys"], encoder_out, steps[t : t + 1]
+                )
+                input_feed = attn_vec.squeeze(1)  # B x O: h̃_t
+                attn_vecs.append(attn_vec)
+                probs.append(prob)
+                centers.append(center)
+            attn_vec = torch.cat(attn_vecs, dim=1)  # B x T x O
+            prob = torch.cat(probs, dim=1)  # B x T x S
+            center = None if centers[0] is None else torch.cat(centers, dim=1)  # B x T
+        else:
+            query, (hidden, cell) = self.lstm(x, (state["hidden"], state["cell"]))
+            attn_vec, prob, center = self._attend(
+                query, state.get("proj_keys"), encoder_out, steps
+            )
+            input_feed = state["input_feed"]
+
+        if incremental_state is not None:
+            new_state = dict(state, hidden=hidden, cell=cell, input_feed=input_feed)
+            self.set_incremental_state(incremental_state, "cached_state", new_state)
+
+        extra = {"attn": [None], "p_t": [center]}
+        if prob is not None and self.need_attn:
+            extra["attn"] = [attention_to_src_layout(prob, encoder_out["src_order"])]
+        return self.dropout(attn_vec), extra
+
+    def _attend(
+        self, query: Tensor, proj_keys: Optional[Tensor], encoder_out, steps: Tensor
+    ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+        """h_t (B x T x H) -> h̃_t (B x T x O), a_t (B x T x S, true order), p_t."""
+        if self.attention is None:
+            return query, None, None  # Base: softmax(W_s h_t)
+        context, prob, extras = self.attention(
+            query,
+            proj_keys,
+            encoder_out["encoder_out"],
+            encoder_out["src_pad_mask"],
+            encoder_out["src_lengths"],
+            steps,
+        )
+        attn_vec = torch.tanh(self.W_c(torch.cat([context, query], dim=-1)))  # eq. (5)
+        return attn_vec, prob, extras.get("p_t")
+
+    def max_positions(self) -> int:
+        return self.max_target_positions
+
+    def make_generation_fast_(self, need_attn: bool = False, **kwargs):
+        self.need_attn = need_attn

@@ -1,0 +1,119 @@
+"""Luong et al. (2015) score functions, eq. (8) and the location score.
+
+    dot       score(h_t, h̄_s) = h_tᵀ h̄_s
+    general   score(h_t, h̄_s) = h_tᵀ W_a h̄_s
+    concat    score(h_t, h̄_s) = v_aᵀ tanh(W_a [h_t; h̄_s])
+    location  a_t = softmax(W_a h_t)              (a score per source position)
+
+``concat`` is also Bahdanau et al.'s additive alignment model
+e_ij = v_aᵀ tanh(W_a s_{i-1} + U_a h_j) (Appendix A.2.2): splitting W_a over
+[h_t; h̄_s] gives W_q h_t + W_k h̄_s, so both models share ``ConcatScore``.
+
+Scores are stateless: ``precompute(keys)`` projects the encoder states once per
+sentence and the caller passes the result back in at every step.
+
+Shape legend: B batch, T target len, S source len (padded), E key dim (encoder
+output), H query dim (decoder hidden), A concat/additive hidden dim.
+"""
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .options import OptionError, lookup
+
+
+class DotScore(nn.Module):
+    def __init__(self, query_dim: int, key_dim: int, **unused):
+        super().__init__()
+        if query_dim != key_dim:
+            raise OptionError(
+                "--attention-score dot needs the decoder and encoder hidden sizes to "
+                f"match, got decoder {query_dim} and encoder {key_dim}; use 'general' "
+                "or 'concat' for different sizes"
+            )
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        return keys  # B x S x E
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        return torch.bmm(query, proj_keys.transpose(1, 2))  # B x T x S
+
+
+class GeneralScore(nn.Module):
+    def __init__(self, query_dim: int, key_dim: int, **unused):
+        super().__init__()
+        self.W_a = nn.Linear(key_dim, query_dim, bias=False)
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        return self.W_a(keys)  # B x S x H: W_a h̄_s
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        return torch.bmm(query, proj_keys.transpose(1, 2))  # B x T x S
+
+
+class ConcatScore(nn.Module):
+    """v_aᵀ tanh(W_q q + W_k k), Luong's concat = Bahdanau's additive score."""
+
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int = 0, **unused):
+        super().__init__()
+        attention_dim = attention_dim or query_dim
+        self.W_q = nn.Linear(query_dim, attention_dim, bias=False)  # W_a (Bahdanau)
+        self.W_k = nn.Linear(key_dim, attention_dim, bias=False)  # U_a (Bahdanau)
+        self.v_a = nn.Linear(attention_dim, 1, bias=False)
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        return self.W_k(keys)  # B x S x A: U_a h_j, once per sentence
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        hidden = torch.tanh(
+            self.W_q(query).unsqueeze(2) + proj_keys.unsqueeze(1)
+        )  # B x T x S x A
+        return self.v_a(hidden).squeeze(-1)  # B x T x S
+
+
+class LocationScore(nn.Module):
+    """a_t = softmax(W_a h_t) over a fixed maximum source length.
+
+    W_a has one row per source position up to ``--max-source-positions``; a
+    batch of length S uses rows 0 .. S-1 (true positions, see source.py) and
+    the positions beyond each sentence are masked like padding. A longer source
+    is rejected: the model has no weight for its positions.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, max_source_positions: int = 0, **unused):
+        super().__init__()
+        if max_source_positions <= 0:
+            raise OptionError(
+                "--attention-score location needs --max-source-positions > 0, "
+                f"got {max_source_positions}"
+            )
+        self.max_source_positions = max_source_positions
+        self.W_a = nn.Linear(query_dim, max_source_positions, bias=False)
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        return keys  # B x S x E, only its length is used
+
+    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        S = proj_keys.size(1)
+        if S > self.max_source_positions:
+            raise OptionError(
+                f"source length {S} exceeds --max-source-positions "
+                f"{self.max_source_positions}, the number of positions the location "
+                "score (--attention-score location) was built for"
+            )
+        return self.W_a(query)[:, :, :S]  # B x T x S
+
+
+SCORES = {
+    "dot": DotScore,
+    "general": GeneralScore,
+    "concat": ConcatScore,
+    "location": LocationScore,
+}
+
+
+def build_score(name: str, query_dim: int, key_dim: int, **kwargs) -> nn.Module:
+    return lookup("--attention-score", SCORES, name)(query_dim, key_dim, **kwargs)
+
+
