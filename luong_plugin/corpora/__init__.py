@@ -1,0 +1,1 @@
+"""Real parallel corpora built from locally installed, public-domain sources."""

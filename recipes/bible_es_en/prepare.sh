@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Prepare the Spanish→English Bible corpus (RV1909 → WEB) for fairseq.
+#
+# usage: recipes/bible_es_en/prepare.sh [--out DIR] [--vocab N] [--max-train N]
+#                                       [--seed N] [--sword-dir DIR]
+#   --out DIR        output directory            (env OUT,       default data/bible_es_en)
+#   --vocab N        joint SentencePiece size    (env VOCAB,     default 8000)
+#   --max-train N    keep N training pairs       (env MAX_TRAIN, default all)
+#   --seed N         chapter split / sample seed (env SEED,      default 1)
+#   --sword-dir DIR  SWORD library root          (env SWORD_DIR, default /usr/share/sword)
+#   env PYTHON       interpreter with sentencepiece, pysword, fairseq
+#                    (default .venv/bin/python)
+#
+# Writes DIR/raw (text + verse refs), DIR/spm (joint.model, dict.txt, pieces) and
+# DIR/bin (fairseq-preprocess output: train with --task translation -s es -t en).
+# A step is skipped when its outputs exist and are newer than its inputs and its
+# parameters are unchanged, so a second run rebuilds nothing.
+# Needs the Debian packages sword-text-sparv and sword-text-web (`make sword`).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=${OUT:-data/bible_es_en}
+VOCAB=${VOCAB:-8000}
+MAX_TRAIN=${MAX_TRAIN:-}
+SEED=${SEED:-1}
+SWORD_DIR=${SWORD_DIR:-/usr/share/sword}
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) OUT=$2; shift 2 ;;
+    --vocab) VOCAB=$2; shift 2 ;;
+    --max-train) MAX_TRAIN=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --sword-dir) SWORD_DIR=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "unknown argument: $1" >&2; usage ;;
+  esac
+done
+
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$REPO"
+PREPROCESS=$(dirname "$PYTHON")/fairseq-preprocess
+[ -x "$PREPROCESS" ] || PREPROCESS=$(command -v fairseq-preprocess)
+# The helpers run as scripts, not `-m luong_plugin...`: importing the package
+# imports fairseq (~5 s per call) and these steps need only pysword/sentencepiece.
+CORPORA=luong_plugin/corpora
+SPLITS=(train valid test)
+LANGS=(es en)
+
+# stale OUTPUT... -- INPUT...: true when an output is missing or older than an input.
+stale() {
+  local outputs=() inputs=() f i
+  while [ "$1" != -- ]; do outputs+=("$1"); shift; done
+  shift
+  inputs=("$@")
+  for f in "${outputs[@]}"; do
+    [ -e "$f" ] || return 0
+    for i in "${inputs[@]}"; do [ "$i" -nt "$f" ] && return 0; done
+  done
+  return 1
+}
+
+# record FILE TEXT: rewrite FILE only when TEXT changed, so its mtime marks a change.
+record() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ] || printf '%s\n' "$2" >"$1"; }
+
+skip() { echo "[$1] up to date, skipped"; }
+
+# 1. Extract, clean, align and split the verses.
+RAW=$OUT/raw
+mkdir -p "$RAW"
+record "$RAW/.params" "seed=$SEED max_train=$MAX_TRAIN sword_dir=$SWORD_DIR"
+raw_outputs=()
+for s in "${SPLITS[@]}"; do raw_outputs+=("$RAW/$s.es" "$RAW/$s.en" "$RAW/refs.$s"); done
+modules=("$SWORD_DIR"/modules/texts/ztext/{spaRV1909eb,engWEB2015eb}/*)
+[ -e "${modules[0]}" ] || modules=()  # the CLI reports the missing packages
+if stale "${raw_outputs[@]}" -- "$CORPORA/bible.py" "$RAW/.params" "${modules[@]}"; then
+  echo "[extract] $RAW"
+  rm -rf "$RAW.tmp"
+  "$PYTHON" "$CORPORA/bible.py" --out "$RAW.tmp" --sword-dir "$SWORD_DIR" \
+    --seed "$SEED" ${MAX_TRAIN:+--max-train "$MAX_TRAIN"}
+  mv "$RAW.tmp"/* "$RAW/"
+  rmdir "$RAW.tmp"
+else
+  skip extract
+fi
+
+# 2. One joint SentencePiece model on train.es + train.en.
+SPM=$OUT/spm
+mkdir -p "$SPM"
+record "$SPM/.params" "vocab=$VOCAB"
+if stale "$SPM/joint.model" "$SPM/dict.txt" -- \
+  "$RAW/train.es" "$RAW/train.en" "$SPM/.params" "$CORPORA/spm.py"; then
+  echo "[spm-train] $SPM/joint.model, $VOCAB pieces"
+  "$PYTHON" "$CORPORA/spm.py" train --input "$RAW/train.es" "$RAW/train.en" \
+    --model-prefix "$SPM/joint" --vocab-size "$VOCAB"
+  "$PYTHON" "$CORPORA/spm.py" fairseq-dict --model "$SPM/joint.model" \
+    --output "$SPM/dict.txt"
+else
+  skip spm-train
+fi
+
+# 3. Encode every split into pieces.
+for s in "${SPLITS[@]}"; do
+  for l in "${LANGS[@]}"; do
+    if stale "$SPM/$s.$l" -- "$RAW/$s.$l" "$SPM/joint.model"; then
+      "$PYTHON" "$CORPORA/spm.py" encode --model "$SPM/joint.model" \
+        --input "$RAW/$s.$l" --output "$SPM/$s.$l.tmp"
+      mv "$SPM/$s.$l.tmp" "$SPM/$s.$l"
+    else
+      skip "spm-encode $s.$l"
+    fi
+  done
+done
+
+# 4. Binarise with one dictionary for both sides (the SentencePiece vocabulary).
+BIN=$OUT/bin
+bin_outputs=("$BIN/dict.es.txt" "$BIN/dict.en.txt")
+spm_outputs=()
+for s in "${SPLITS[@]}"; do
+  for l in "${LANGS[@]}"; do
+    bin_outputs+=("$BIN/$s.es-en.$l.bin" "$BIN/$s.es-en.$l.idx")
+    spm_outputs+=("$SPM/$s.$l")
+  done
+done
+if stale "${bin_outputs[@]}" -- "${spm_outputs[@]}" "$SPM/dict.txt"; then
+  echo "[fairseq-preprocess] $BIN"
+  rm -rf "$BIN.tmp"  # fairseq-preprocess refuses to overwrite dictionaries
+  "$PREPROCESS" --source-lang es --target-lang en \
+    --joined-dictionary --srcdict "$SPM/dict.txt" \
+    --trainpref "$SPM/train" --validpref "$SPM/valid" --testpref "$SPM/test" \
+    --destdir "$BIN.tmp" --workers 2
+  rm -rf "$BIN"
+  mv "$BIN.tmp" "$BIN"
+else
+  skip fairseq-preprocess
+fi
+
+echo "done: $OUT"
+wc -l "$RAW"/{train,valid,test}.es | sed '$d'
