@@ -28,13 +28,17 @@ def make_dictionary(n_symbols: int = 20) -> Dictionary:
     return d
 
 
-def build(arch: str = "luong_tiny", n_symbols: int = 20, **overrides):
-    """Build a model by arch name through fairseq's arch functions, in eval mode."""
+def build(arch: str = "luong_tiny", n_symbols: int = 20, n_tgt_symbols=None, **overrides):
+    """Build a model by arch name through fairseq's arch functions, in eval mode.
+
+    The target vocabulary defaults to 3 more symbols than the source one, so a
+    mix-up of the two shows up as a shape error."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     args = argparse.Namespace(arch=arch, **overrides)
     ARCH_CONFIG_REGISTRY[arch](args)
-    task = TinyTask(make_dictionary(n_symbols), make_dictionary(n_symbols + 3))
+    n_tgt_symbols = n_symbols + 3 if n_tgt_symbols is None else n_tgt_symbols
+    task = TinyTask(make_dictionary(n_symbols), make_dictionary(n_tgt_symbols))
     model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
     return model.eval()
 
@@ -65,3 +69,13 @@ def random_prev_output(dictionary, batch_size, length, seed=1):
 def _deterministic():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    # the models under test are tiny: thread start-up costs more than it saves,
+    # and on a loaded 2-core machine it costs a lot more
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

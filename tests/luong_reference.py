@@ -1,0 +1,236 @@
+"""A slow, loop-based reference of Luong, Pham & Manning (2015), "Effective
+Approaches to Attention-based Neural Machine Translation" (arXiv:1508.04025).
+
+It reads only the model's parameter tensors, by name, and recomputes the
+paper's equations one sentence and one time step at a time, in float64, with
+its own LSTM cell, scores, windows, softmax and Gaussian. It never calls
+``nn.LSTM`` or any module's ``forward``, so it shares no code with the model.
+
+    a_t(s) = softmax_s(score(h_t, h̄_s))                      eq. (7)
+    score: dot h_tᵀh̄_s | general h_tᵀW_a h̄_s |
+           concat v_aᵀ tanh(W_a [h_t; h̄_s]) | location (W_a h_t)_s   eq. (8)
+    c_t    = Σ_s a_t(s) h̄_s                                  §3.1
+    h̃_t    = tanh(W_c [c_t; h_t])                            eq. (5)
+    p(y_t) = softmax(W_s h̃_t)                                eq. (6)
+    local-m: p_t = t; local-p: p_t = S · sigmoid(v_pᵀ tanh(W_p h_t))   eq. (9)
+    local:  a_t(s) = align(h_t, h̄_s) · exp(-(s - p_t)² / 2σ²), σ = D/2 eq. (10)
+            (the Gaussian for local-p only; align = softmax over the window)
+    input feeding (§3.3): the decoder reads [y_{t-1}; h̃_{t-1}], h̃_0 = 0
+    Base: p(y_t) = softmax(W_s h_t)
+
+The project's conventions the paper leaves open: s and t are 0-based, counted
+over a sentence's real tokens in their original order (its final EOS included);
+S_b is that count; local-m centres on min(t, S_b - 1); local-p's window is the
+integers s with |s - floor(p_t + 0.5)| <= D inside the sentence, while the
+Gaussian uses the real-valued p_t; the location score uses rows 0 .. S_b - 1 of
+W_a; the decoder starts from the encoder's final (h, c) of every layer.
+
+Shape legend: T target len, S_b a sentence's real length, E encoder hidden,
+H decoder hidden, O attentional hidden (h̃), V vocab, D window half-width.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+WINDOWS_WITH_ATTENTION = ("global", "local-m", "local-p")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the model was built with; the reference takes no hints from its modules."""
+
+    window: str  # "none" (Base), "global", "local-m" or "local-p"
+    score: Optional[str]  # "dot", "general", "concat", "location"; unused for Base
+    input_feeding: bool
+    reverse_source: bool
+    window_size: int = 3  # D
+    renormalize: bool = False  # local-p: divide eq. (10) by its sum
+
+
+@dataclass
+class SentenceReference:
+    logits: Tensor  # T x V, before the softmax of eq. (6)
+    attn: Optional[Tensor]  # T x S_b, a_t(s) over true positions; None for Base
+    p_t: Optional[Tensor]  # T, the window centre (local windows only)
+    windows: Optional[List[List[int]]]  # per t, the positions s inside the window
+
+
+def _w(module, name: str) -> Tensor:
+    return getattr(module, name).detach().to(torch.float64)
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _softmax(values: List[float]) -> List[float]:
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+class StackedLSTM:
+    """Stacked LSTM from raw weights; torch's gate order i, f, g, o.
+
+        i, f, o = sigmoid(.), g = tanh(.) of W_ih x + b_ih + W_hh h + b_hh
+        c' = f * c + i * g,  h' = o * tanh(c')
+    Layer k > 0 reads layer k - 1's new h (no dropout: eval mode).
+    """
+
+    def __init__(self, lstm):
+        self.layers = []
+        k = 0
+        while hasattr(lstm, f"weight_ih_l{k}"):
+            self.layers.append(
+                tuple(
+                    _w(lstm, f"{kind}_l{k}")
+                    for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                )
+            )
+            k += 1
+
+    def step(self, x: Tensor, hs: List[Tensor], cs: List[Tensor]):
+        new_hs, new_cs = [], []
+        for (w_ih, w_hh, b_ih, b_hh), h, c in zip(self.layers, hs, cs):
+            gates = w_ih @ x + b_ih + w_hh @ h + b_hh  # 4H
+            i, f, g, o = gates.chunk(4)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            new_hs.append(h)
+            new_cs.append(c)
+            x = h
+        return new_hs, new_cs
+
+
+class Weights:
+    """The model's parameters as float64 tensors, read by name once per model."""
+
+    def __init__(self, model, opts: Options):
+        self.enc_embed = _w(model.encoder.embed_tokens, "weight")  # V_src x C
+        self.dec_embed = _w(model.decoder.embed_tokens, "weight")  # V x C
+        self.encoder = StackedLSTM(model.encoder.lstm)
+        self.decoder = StackedLSTM(model.decoder.lstm)
+        self.W_s, self.b_s = _w(model.decoder.W_s, "weight"), _w(model.decoder.W_s, "bias")
+        if opts.window == "none":
+            return
+        self.W_c = _w(model.decoder.W_c, "weight")  # O x (E + H)
+        score = model.decoder.attention.score
+        if opts.score in ("general", "location"):
+            self.W_a = _w(score.W_a, "weight")  # general: H x E; location: max_pos x H
+        elif opts.score == "concat":
+            # the paper's W_a acts on [h_t; h̄_s]: its two column blocks are W_q and W_k
+            self.W_a = torch.cat([_w(score.W_q, "weight"), _w(score.W_k, "weight")], dim=1)
+            self.v_a = _w(score.v_a, "weight")[0]  # A
+        if opts.window == "local-p":
+            window = model.decoder.attention.window
+            self.W_p = _w(window.W_p, "weight")  # H x H
+            self.v_p = _w(window.v_p, "weight")[0]  # H
+
+
+def _score(opts: Options, w: Weights, h_t: Tensor, h_bar: Tensor, s: int) -> float:
+    """score(h_t, h̄_s), eq. (8), or the location score (W_a h_t)_s."""
+    if opts.score == "dot":
+        return float(h_t @ h_bar)
+    if opts.score == "general":
+        return float(h_t @ (w.W_a @ h_bar))
+    if opts.score == "concat":
+        return float(w.v_a @ torch.tanh(w.W_a @ torch.cat([h_t, h_bar])))
+    if opts.score == "location":
+        return float(w.W_a[s] @ h_t)  # row s of W_a h_t
+    raise ValueError(f"unknown score {opts.score!r}")
+
+
+def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int):
+    """(positions s in the window, p_t or None, prior(s) multiplying the softmax)."""
+    D = opts.window_size
+    if opts.window == "global":
+        return list(range(S_b)), None, lambda s: 1.0
+    if opts.window == "local-m":
+        p_t = float(min(t, S_b - 1))  # p_t = t, kept inside the sentence
+        return [s for s in range(S_b) if abs(s - p_t) <= D], p_t, lambda s: 1.0
+    if opts.window == "local-p":
+        p_t = S_b * _sigmoid(float(w.v_p @ torch.tanh(w.W_p @ h_t)))  # eq. (9)
+        centre = math.floor(p_t + 0.5)
+        sigma = D / 2.0
+        positions = [s for s in range(S_b) if abs(s - centre) <= D]
+        return positions, p_t, lambda s: math.exp(-((s - p_t) ** 2) / (2 * sigma**2))
+    raise ValueError(f"unknown window {opts.window!r}")
+
+
+def reference_sentence(
+    w: Weights, opts: Options, tokens: List[int], prev_output: List[int]
+) -> SentenceReference:
+    """The paper's model on one unpadded source sentence (original order)."""
+    S_b = len(tokens)
+    encoder, decoder = w.encoder, w.decoder
+    E = encoder.layers[0][1].size(1)
+
+    # encoder: read right to left when reversed; store h̄_s at its true position s
+    hs = [torch.zeros(E, dtype=torch.float64) for _ in encoder.layers]
+    cs = [torch.zeros(E, dtype=torch.float64) for _ in encoder.layers]
+    annotations: List[Optional[Tensor]] = [None] * S_b
+    read_order = range(S_b - 1, -1, -1) if opts.reverse_source else range(S_b)
+    for s in read_order:
+        hs, cs = encoder.step(w.enc_embed[tokens[s]], hs, cs)
+        annotations[s] = hs[-1]
+
+    # decoder starts from the encoder's final (h, c) of every layer; h̃_0 = 0
+    has_attention = opts.window in WINDOWS_WITH_ATTENTION
+    if has_attention:
+        feed = torch.zeros(w.W_c.size(0), dtype=torch.float64)  # h̃_0
+    logits, attn_rows, centres, windows = [], [], [], []
+    for t, y_prev in enumerate(prev_output):
+        x = w.dec_embed[y_prev]
+        if opts.input_feeding:
+            x = torch.cat([x, feed])  # §3.3
+        hs, cs = decoder.step(x, hs, cs)
+        h_t = hs[-1]
+        if not has_attention:
+            logits.append(w.W_s @ h_t + w.b_s)  # Base
+            continue
+
+        positions, p_t, prior = _window(opts, w, h_t, t, S_b)
+        align = _softmax([_score(opts, w, h_t, annotations[s], s) for s in positions])
+        weights = [a * prior(s) for a, s in zip(align, positions)]  # eq. (10)
+        if opts.renormalize:
+            total = sum(weights)
+            weights = [a / total for a in weights]
+        row = torch.zeros(S_b, dtype=torch.float64)
+        context = torch.zeros(E, dtype=torch.float64)
+        for a, s in zip(weights, positions):
+            row[s] = a
+            context = context + a * annotations[s]  # c_t
+        attn_vec = torch.tanh(w.W_c @ torch.cat([context, h_t]))  # h̃_t, eq. (5)
+        logits.append(w.W_s @ attn_vec + w.b_s)  # eq. (6)
+        feed = attn_vec
+        attn_rows.append(row)
+        centres.append(p_t)
+        windows.append(positions)
+
+    return SentenceReference(
+        logits=torch.stack(logits),
+        attn=torch.stack(attn_rows) if has_attention else None,
+        p_t=None if not centres or centres[0] is None else torch.tensor(centres),
+        windows=windows if has_attention else None,
+    )
+
+
+def reference_batch(
+    model, opts: Options, src_tokens: Tensor, prev_output_tokens: Tensor, padding_idx: int
+) -> List[SentenceReference]:
+    """Strip each row's padding (either side) and run the reference per sentence."""
+    weights = Weights(model, opts)
+    return [
+        reference_sentence(
+            weights,
+            opts,
+            [tok for tok in row.tolist() if tok != padding_idx],
+            prev.tolist(),
+        )
+        for row, prev in zip(src_tokens, prev_output_tokens)
+    ]
