@@ -7,7 +7,7 @@ Shape legend: B batch, T target len, S source len (padded), E encoder dim, H
 decoder hidden.
 """
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -18,11 +18,17 @@ from .windows import build_window
 
 
 def attend(
-    scores: Tensor, excluded: Tensor, prior: Tensor, values: Tensor, renormalize: bool
+    scores: Tensor,
+    excluded: Tensor,
+    prior: Optional[Tensor],
+    values: Tensor,
+    renormalize: bool = False,
 ) -> Tuple[Tensor, Tensor]:
     """The core of every variant as a pure function: mask, softmax, prior, context."""
     scores = scores.masked_fill(excluded, float("-inf"))  # B x T x S
-    probs = torch.softmax(scores.float(), dim=-1).type_as(scores) * prior  # B x T x S
+    probs = torch.softmax(scores.float(), dim=-1).type_as(scores)  # B x T x S
+    if prior is not None:
+        probs = probs * prior  # eq. (10): Gaussian for local-p
     if renormalize:
         probs = probs / probs.sum(dim=-1, keepdim=True)
     context = torch.bmm(probs, values)  # B x T x E: c_t

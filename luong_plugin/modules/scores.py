@@ -53,17 +53,22 @@ class GeneralScore(nn.Module):
 
 
 class ConcatScore(nn.Module):
-    """v_aᵀ tanh(W_q q + W_k k), Luong's concat = Bahdanau's additive score."""
+    """v_aᵀ tanh(W_q q + W_k k [+ b]), Luong's concat = Bahdanau's additive score.
 
-    def __init__(self, query_dim: int, key_dim: int, attention_dim: int = 0, **unused):
+    ``key_bias`` adds the bias b inside the tanh (Bahdanau's equations omit biases
+    for clarity, the model has them); it rides on the precomputed keys."""
+
+    def __init__(
+        self, query_dim: int, key_dim: int, attention_dim: int = 0, key_bias: bool = False, **unused
+    ):
         super().__init__()
         attention_dim = attention_dim or query_dim
         self.W_q = nn.Linear(query_dim, attention_dim, bias=False)  # W_a (Bahdanau)
-        self.W_k = nn.Linear(key_dim, attention_dim, bias=False)  # U_a (Bahdanau)
+        self.W_k = nn.Linear(key_dim, attention_dim, bias=key_bias)  # U_a (Bahdanau)
         self.v_a = nn.Linear(attention_dim, 1, bias=False)
 
     def precompute(self, keys: Tensor) -> Tensor:
-        return self.W_k(keys)  # B x S x A: U_a h_j, once per sentence
+        return self.W_k(keys)  # B x S x A: U_a h_j [+ b_a], once per sentence
 
     def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         hidden = torch.tanh(

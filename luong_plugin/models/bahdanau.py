@@ -1,0 +1,213 @@
+"""Bahdanau, Cho & Bengio (2015), "Neural Machine Translation by Jointly
+Learning to Align and Translate" (arXiv:1409.0473), as the fairseq model
+``bahdanau``: RNNsearch (Appendix A.2) and the RNNencdec baseline (Cho et al.
+2014), selected with ``--attention {additive,none}``.
+
+The defaults are the paper's RNNsearch: m = 620, n = 1000 per direction,
+n' = 1000, l = 500 with maxout pool 2, no dropout, the initialisation of
+Appendix B.1; every named architecture below sets only its differences.
+"""
+
+from dataclasses import dataclass, field
+
+import torch.nn as nn
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
+    FairseqEncoderDecoderModel,
+    register_model,
+    register_model_architecture,
+)
+
+from ..modules.bahdanau_decoder import ATTENTIONS, READOUT_STATES, BahdanauDecoder
+from ..modules.bigru_encoder import GRUEncoder
+from ..modules.gru import PaperGRU
+from ..modules.options import OptionError, lookup, require_positive
+from ..modules.scores import ConcatScore
+from .config import add_dataclass_args, config_defaults, fill_defaults
+
+AttentionChoice = ChoiceEnum(list(ATTENTIONS))
+ReadoutChoice = ChoiceEnum(list(READOUT_STATES))
+
+
+@dataclass
+class BahdanauConfig(FairseqDataclass):
+    encoder_embed_dim: int = field(
+        default=620, metadata={"help": "m: source embedding dim"}
+    )
+    encoder_hidden_size: int = field(
+        default=1000, metadata={"help": "n: encoder GRU units per direction"}
+    )
+    decoder_embed_dim: int = field(
+        default=620, metadata={"help": "m: target embedding dim"}
+    )
+    decoder_hidden_size: int = field(
+        default=1000, metadata={"help": "n: decoder GRU units"}
+    )
+    attention_dim: int = field(
+        default=1000, metadata={"help": "n': hidden units of the alignment model"}
+    )
+    maxout_dim: int = field(
+        default=500,
+        metadata={"help": "l: maxout units of the deep output (after pooling)"},
+    )
+    maxout_pool: int = field(
+        default=2, metadata={"help": "units pooled by each maxout unit"}
+    )
+    readout_state: ReadoutChoice = field(
+        default="previous",
+        metadata={
+            "help": "decoder state the deep output reads: 'previous' s_{i-1} "
+            "(Appendix A.2.2) or 'current' s_i (eq. 4)"
+        },
+    )
+    attention: AttentionChoice = field(
+        default="additive",
+        metadata={
+            "help": "'additive' is RNNsearch; 'none' is RNNencdec (unidirectional "
+            "encoder, fixed summary c)"
+        },
+    )
+    dropout: float = field(
+        default=0.0,
+        metadata={"help": "dropout on the embeddings and on t_i (the paper uses none)"},
+    )
+    max_source_positions: int = field(default=1024, metadata={"help": "longest source"})
+    max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
+
+
+def validate(cfg) -> None:
+    attention = lookup("--attention", ATTENTIONS, cfg.attention)
+    lookup("--readout-state", READOUT_STATES, cfg.readout_state)
+    sizes = [
+        "encoder_embed_dim",
+        "encoder_hidden_size",
+        "decoder_embed_dim",
+        "decoder_hidden_size",
+        "maxout_dim",
+        "maxout_pool",
+        "max_source_positions",
+        "max_target_positions",
+    ]
+    if attention is not None:
+        sizes.append("attention_dim")  # unused by RNNencdec
+    for option in sizes:
+        require_positive("--" + option.replace("_", "-"), getattr(cfg, option))
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise OptionError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+
+
+@register_model("bahdanau", dataclass=BahdanauConfig)
+class BahdanauModel(FairseqEncoderDecoderModel):
+    @classmethod
+    def add_args(cls, parser):
+        add_dataclass_args(parser, BahdanauConfig)
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        fill_defaults(cfg, config_defaults(BahdanauConfig))
+        validate(cfg)
+        attention_cls = lookup("--attention", ATTENTIONS, cfg.attention)
+        encoder = GRUEncoder(
+            task.source_dictionary,
+            embed_dim=cfg.encoder_embed_dim,
+            hidden_size=cfg.encoder_hidden_size,
+            bidirectional=attention_cls is not None,
+            dropout=cfg.dropout,
+            max_source_positions=cfg.max_source_positions,
+        )
+        attention = None
+        if attention_cls is not None:
+            attention = attention_cls(
+                cfg.decoder_hidden_size,
+                encoder.output_dim,
+                attention_dim=cfg.attention_dim,
+                key_bias=True,  # b_a
+            )
+        decoder = BahdanauDecoder(
+            task.target_dictionary,
+            embed_dim=cfg.decoder_embed_dim,
+            hidden_size=cfg.decoder_hidden_size,
+            # RNNsearch reads the annotations h_j, RNNencdec the summary c (n)
+            context_dim=encoder.output_dim,
+            init_source_dim=cfg.encoder_hidden_size,  # h←_1 or c
+            attention=attention,
+            maxout_dim=cfg.maxout_dim,
+            maxout_pool=cfg.maxout_pool,
+            readout_state=getattr(cfg.readout_state, "value", cfg.readout_state),
+            dropout=cfg.dropout,
+            max_target_positions=cfg.max_target_positions,
+        )
+        model = cls(encoder, decoder)
+        init_bahdanau_(model)
+        return model
+
+    def max_positions(self):
+        return (self.encoder.max_positions(), self.decoder.max_positions())
+
+
+def init_bahdanau_(model: nn.Module) -> None:
+    """Appendix B.1: recurrent U, U_z, U_r (every direction and the decoder)
+    random orthogonal, each n x n block separately; W_a, U_a ~ N(0, 0.001²);
+    v_a and all biases zero; every other weight matrix, embeddings included,
+    ~ N(0, 0.01²). Padding embeddings are zero (they never enter a state)."""
+    for name, param in model.named_parameters():
+        if name.endswith("bias"):  # b_a is the attention's W_k.bias
+            nn.init.zeros_(param)
+        else:
+            nn.init.normal_(param, mean=0.0, std=0.01)
+    for module in model.modules():
+        if isinstance(module, PaperGRU):
+            for block in module.recurrent_blocks():
+                nn.init.orthogonal_(block)
+        elif isinstance(module, ConcatScore):
+            nn.init.normal_(module.W_q.weight, mean=0.0, std=0.001)  # W_a
+            nn.init.normal_(module.W_k.weight, mean=0.0, std=0.001)  # U_a
+            nn.init.zeros_(module.v_a.weight)
+        elif isinstance(module, nn.Embedding):
+            module.weight.data[module.padding_idx].zero_()
+
+
+# -- named architectures: each sets only its differences from BahdanauConfig -----
+WMT_EN_FR = {}  # §4.2 / Appendix A.2: the defaults are the paper's sizes
+
+ARCHS = {
+    "bahdanau_rnnsearch_wmt_en_fr": dict(WMT_EN_FR),
+    "bahdanau_rnnencdec_wmt_en_fr": dict(WMT_EN_FR, attention="none"),
+    # tiny, for tests: every option still selectable
+    "bahdanau_tiny": dict(
+        encoder_embed_dim=16,
+        encoder_hidden_size=24,
+        decoder_embed_dim=16,
+        decoder_hidden_size=24,
+        attention_dim=20,
+        maxout_dim=12,
+    ),
+}
+
+DEFAULTS = config_defaults(BahdanauConfig)
+
+
+def base_architecture(args):
+    fill_defaults(args, DEFAULTS)
+
+
+# register_model(dataclass=...) registers a no-op arch "bahdanau"; ours fills the
+# defaults on the namespace so they are saved with the checkpoint.
+ARCH_CONFIG_REGISTRY["bahdanau"] = base_architecture
+
+
+def _register(name: str, differences: dict) -> None:
+    @register_model_architecture("bahdanau", name)
+    def arch(args):
+        fill_defaults(args, differences)
+        base_architecture(args)
+
+
+for _name, _differences in ARCHS.items():
+    _register(_name, _differences)
+
+
+def arch_config(name: str) -> dict:
+    """The full option values of a named architecture."""
+    return {**DEFAULTS, **ARCHS.get(name, {})}
