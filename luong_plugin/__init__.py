@@ -5,6 +5,7 @@
 """
 
 from . import checkpoint_safety  # noqa: F401  (allow-lists checkpoint globals)
+from . import fairseq_fixes  # noqa: F401  (--replace-unk with hard alignments)
 from . import models  # noqa: F401
 
 __version__ = "0.1.0"

@@ -246,3 +246,9 @@ def test_one_token_sources_all_windows():
 
 def test_dictionary_helper_sizes():
     assert len(make_dictionary(10)) == 14
+
+
+def test_base_model_refuses_print_alignment():
+    model = build(attention_window="none", input_feeding=False, decoder_out_embed_dim=24)
+    with pytest.raises(OptionError, match="--print-alignment needs attention"):
+        model.make_generation_fast_(need_attn="hard")

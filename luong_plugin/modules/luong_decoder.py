@@ -34,6 +34,7 @@ from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
 from .attention import LuongAttention
+from .options import OptionError
 from .source import attention_to_src_layout, reorder_batch
 
 DECODER_BATCH_DIMS = {"hidden": 1, "cell": 1, "input_feed": 0, "proj_keys": 0}
@@ -169,4 +170,9 @@ class LuongDecoder(FairseqIncrementalDecoder):
         return self.max_target_positions
 
     def make_generation_fast_(self, need_attn: bool = False, **kwargs):
-        self.need_attn = need_attn
+        if need_attn and self.attention is None:
+            raise OptionError(
+                "--print-alignment needs attention weights; the Base model "
+                "(--attention-window none) has none"
+            )
+        self.need_attn = bool(need_attn)

@@ -2,10 +2,12 @@
 # Prepare the Spanish→English Bible corpus (RV1909 → WEB) for fairseq.
 #
 # usage: recipes/bible_es_en/prepare.sh [--out DIR] [--vocab N] [--max-train N]
-#                                       [--seed N] [--sword-dir DIR]
+#                                       [--valid N] [--test N] [--seed N] [--sword-dir DIR]
 #   --out DIR        output directory            (env OUT,       default data/bible_es_en)
 #   --vocab N        joint SentencePiece size    (env VOCAB,     default 8000)
 #   --max-train N    keep N training pairs       (env MAX_TRAIN, default all)
+#   --valid N        held-out valid verses       (env VALID,     default 1000)
+#   --test N         held-out test verses        (env TEST,      default 1000)
 #   --seed N         chapter split / sample seed (env SEED,      default 1)
 #   --sword-dir DIR  SWORD library root          (env SWORD_DIR, default /usr/share/sword)
 #   env PYTHON       interpreter with sentencepiece, pysword, fairseq
@@ -22,6 +24,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-data/bible_es_en}
 VOCAB=${VOCAB:-8000}
 MAX_TRAIN=${MAX_TRAIN:-}
+VALID=${VALID:-1000}
+TEST=${TEST:-1000}
 SEED=${SEED:-1}
 SWORD_DIR=${SWORD_DIR:-/usr/share/sword}
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
@@ -32,6 +36,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --vocab) VOCAB=$2; shift 2 ;;
     --max-train) MAX_TRAIN=$2; shift 2 ;;
+    --valid) VALID=$2; shift 2 ;;
+    --test) TEST=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --sword-dir) SWORD_DIR=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -71,7 +77,7 @@ skip() { echo "[$1] up to date, skipped"; }
 # 1. Extract, clean, align and split the verses.
 RAW=$OUT/raw
 mkdir -p "$RAW"
-record "$RAW/.params" "seed=$SEED max_train=$MAX_TRAIN sword_dir=$SWORD_DIR"
+record "$RAW/.params" "seed=$SEED max_train=$MAX_TRAIN valid=$VALID test=$TEST sword_dir=$SWORD_DIR"
 raw_outputs=()
 for s in "${SPLITS[@]}"; do raw_outputs+=("$RAW/$s.es" "$RAW/$s.en" "$RAW/refs.$s"); done
 modules=("$SWORD_DIR"/modules/texts/ztext/{spaRV1909eb,engWEB2015eb}/*)
@@ -80,7 +86,7 @@ if stale "${raw_outputs[@]}" -- "$CORPORA/bible.py" "$RAW/.params" "${modules[@]
   echo "[extract] $RAW"
   rm -rf "$RAW.tmp"
   "$PYTHON" "$CORPORA/bible.py" --out "$RAW.tmp" --sword-dir "$SWORD_DIR" \
-    --seed "$SEED" ${MAX_TRAIN:+--max-train "$MAX_TRAIN"}
+    --seed "$SEED" --valid "$VALID" --test "$TEST" ${MAX_TRAIN:+--max-train "$MAX_TRAIN"}
   mv "$RAW.tmp"/* "$RAW/"
   rmdir "$RAW.tmp"
 else
