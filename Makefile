@@ -33,5 +33,9 @@ sword:
 test: setup sword
 	$(PY) -m pytest -q tests
 
+# The main job: real Spanish->English text, trained and evaluated on the CPU (~20 min).
+demo: setup sword
+	bash recipes/bible_es_en/demo.sh
+
 clean:
-	rm -rf $(VENV) data data-bin checkpoints
+	rm -rf $(VENV) data data-bin checkpoints runs

@@ -33,14 +33,6 @@ D = 3  # luong_tiny's window_size
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _spread_parameters(model, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():

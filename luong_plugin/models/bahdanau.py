@@ -12,19 +12,14 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.models import (
-    ARCH_CONFIG_REGISTRY,
-    FairseqEncoderDecoderModel,
-    register_model,
-    register_model_architecture,
-)
+from fairseq.models import FairseqEncoderDecoderModel, register_model
 
 from ..modules.bahdanau_decoder import ATTENTIONS, READOUT_STATES, BahdanauDecoder
 from ..modules.bigru_encoder import GRUEncoder
 from ..modules.gru import PaperGRU
 from ..modules.options import OptionError, lookup, require_positive
 from ..modules.scores import ConcatScore
-from .config import add_dataclass_args, config_defaults, fill_defaults
+from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
 
 AttentionChoice = ChoiceEnum(list(ATTENTIONS))
 ReadoutChoice = ChoiceEnum(list(READOUT_STATES))
@@ -185,29 +180,4 @@ ARCHS = {
     ),
 }
 
-DEFAULTS = config_defaults(BahdanauConfig)
-
-
-def base_architecture(args):
-    fill_defaults(args, DEFAULTS)
-
-
-# register_model(dataclass=...) registers a no-op arch "bahdanau"; ours fills the
-# defaults on the namespace so they are saved with the checkpoint.
-ARCH_CONFIG_REGISTRY["bahdanau"] = base_architecture
-
-
-def _register(name: str, differences: dict) -> None:
-    @register_model_architecture("bahdanau", name)
-    def arch(args):
-        fill_defaults(args, differences)
-        base_architecture(args)
-
-
-for _name, _differences in ARCHS.items():
-    _register(_name, _differences)
-
-
-def arch_config(name: str) -> dict:
-    """The full option values of a named architecture."""
-    return {**DEFAULTS, **ARCHS.get(name, {})}
+arch_config = register_archs("bahdanau", BahdanauConfig, ARCHS)

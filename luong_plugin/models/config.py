@@ -10,6 +10,7 @@ import argparse
 from dataclasses import MISSING, fields
 from enum import Enum
 
+from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 from fairseq.utils import safe_getattr
 
 
@@ -74,3 +75,34 @@ def fill_defaults(args, values: dict) -> None:
     for name, value in values.items():
         if safe_getattr(args, name) is None:
             setattr(args, name, getattr(value, "value", value))
+
+
+def register_archs(model_name: str, config_cls, archs: dict):
+    """Register the named architectures of a dataclass model.
+
+    Each arch fills its differences, then the dataclass defaults, on the
+    namespace, so the full option set is saved with the checkpoint.
+    ``register_model(dataclass=...)`` registers a no-op arch named like the
+    model; it is replaced by the defaults-filling one. Returns
+    ``arch_config(name) -> dict`` of a named architecture's full options.
+    """
+    defaults = config_defaults(config_cls)
+
+    def base_architecture(args):
+        fill_defaults(args, defaults)
+
+    ARCH_CONFIG_REGISTRY[model_name] = base_architecture
+
+    def register(name: str, differences: dict) -> None:
+        @register_model_architecture(model_name, name)
+        def arch(args):
+            fill_defaults(args, differences)
+            base_architecture(args)
+
+    for name, differences in archs.items():
+        register(name, differences)
+
+    def arch_config(name: str) -> dict:
+        return {**defaults, **archs.get(name, {})}
+
+    return arch_config

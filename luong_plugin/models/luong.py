@@ -10,12 +10,7 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.models import (
-    ARCH_CONFIG_REGISTRY,
-    FairseqEncoderDecoderModel,
-    register_model,
-    register_model_architecture,
-)
+from fairseq.models import FairseqEncoderDecoderModel, register_model
 
 from ..modules.attention import LuongAttention
 from ..modules.luong_decoder import LuongDecoder
@@ -23,7 +18,7 @@ from ..modules.lstm_encoder import LuongEncoder
 from ..modules.options import OptionError, require_positive
 from ..modules.scores import SCORES
 from ..modules.windows import WINDOWS
-from .config import add_dataclass_args, config_defaults, fill_defaults
+from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
 
 ScoreChoice = ChoiceEnum(list(SCORES))
 WindowChoice = ChoiceEnum(["none"] + list(WINDOWS))
@@ -232,29 +227,4 @@ ARCHS = {
     ),
 }
 
-DEFAULTS = config_defaults(LuongConfig)
-
-
-def base_architecture(args):
-    fill_defaults(args, DEFAULTS)
-
-
-# register_model(dataclass=...) registers a no-op arch "luong"; ours fills the
-# defaults on the namespace so they are saved with the checkpoint.
-ARCH_CONFIG_REGISTRY["luong"] = base_architecture
-
-
-def _register(name: str, differences: dict) -> None:
-    @register_model_architecture("luong", name)
-    def arch(args):
-        fill_defaults(args, differences)
-        base_architecture(args)
-
-
-for _name, _differences in ARCHS.items():
-    _register(_name, _differences)
-
-
-def arch_config(name: str) -> dict:
-    """The full option values of a named architecture."""
-    return {**DEFAULTS, **ARCHS.get(name, {})}
+arch_config = register_archs("luong", LuongConfig, ARCHS)

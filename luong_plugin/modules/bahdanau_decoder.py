@@ -42,22 +42,23 @@ from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
 from .attention import attend
 from .gru import PaperGRU
 from .maxout import Maxout
 from .options import OptionError, lookup
+from .incremental import CachedStateDecoder
 from .scores import ConcatScore
-from .source import attention_to_src_layout, reorder_batch
+from .source import attention_to_src_layout
 
 ATTENTIONS = {"additive": ConcatScore, "none": None}  # RNNsearch, RNNencdec
 READOUT_STATES = {"previous": "s_{i-1}, Appendix A.2.2", "current": "s_i, eq. (4)"}
-DECODER_BATCH_DIMS = {"hidden": 0, "proj_keys": 0}
 
 
-class BahdanauDecoder(FairseqIncrementalDecoder):
+class BahdanauDecoder(CachedStateDecoder):
+    BATCH_DIMS = {"hidden": 0, "proj_keys": 0}
+
     def __init__(
         self,
         dictionary,
@@ -101,12 +102,6 @@ class BahdanauDecoder(FairseqIncrementalDecoder):
             state["proj_keys"] = self.attention.precompute(encoder_out["encoder_out"])
         return state
 
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        state = self.get_incremental_state(incremental_state, "cached_state")
-        if state is not None:
-            state = reorder_batch(state, new_order, DECODER_BATCH_DIMS)
-            self.set_incremental_state(incremental_state, "cached_state", state)
-
     # -- forward -----------------------------------------------------------
     def forward(
         self,
@@ -129,7 +124,7 @@ class BahdanauDecoder(FairseqIncrementalDecoder):
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
         state = None
         if incremental_state is not None:
-            state = self.get_incremental_state(incremental_state, "cached_state")
+            state = self.cached_state(incremental_state)
         if state is None:
             state = self.initial_state(encoder_out)
         else:
@@ -158,9 +153,7 @@ class BahdanauDecoder(FairseqIncrementalDecoder):
             contexts = torch.stack(step_contexts, dim=1)  # B x T x A: c_i
 
         if incremental_state is not None:
-            self.set_incremental_state(
-                incremental_state, "cached_state", dict(state, hidden=hidden)
-            )
+            self.cache_state(incremental_state, dict(state, hidden=hidden))
 
         readout = previous if self.readout_state == "previous" else current
         readout = torch.stack(readout, dim=1)  # B x T x n
@@ -181,9 +174,6 @@ class BahdanauDecoder(FairseqIncrementalDecoder):
         excluded = encoder_out["src_pad_mask"].unsqueeze(1)  # B x 1 x S
         context, prob = attend(scores, excluded, None, encoder_out["encoder_out"])
         return context.squeeze(1), prob.squeeze(1)  # B x A, B x S
-
-    def max_positions(self) -> int:
-        return self.max_target_positions
 
     def make_generation_fast_(self, need_attn: bool = False, **kwargs):
         if need_attn and self.attention is None:

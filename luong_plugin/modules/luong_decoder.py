@@ -30,17 +30,18 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
 from .attention import LuongAttention
 from .options import OptionError
-from .source import attention_to_src_layout, reorder_batch
+from .incremental import CachedStateDecoder
+from .source import attention_to_src_layout
 
-DECODER_BATCH_DIMS = {"hidden": 1, "cell": 1, "input_feed": 0, "proj_keys": 0}
 
 
-class LuongDecoder(FairseqIncrementalDecoder):
+class LuongDecoder(CachedStateDecoder):
+    BATCH_DIMS = {"hidden": 1, "cell": 1, "input_feed": 0, "proj_keys": 0}
+
     def __init__(
         self,
         dictionary,
@@ -88,12 +89,6 @@ class LuongDecoder(FairseqIncrementalDecoder):
             state["proj_keys"] = self.attention.precompute(encoder_out["encoder_out"])
         return state
 
-    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
-        state = self.get_incremental_state(incremental_state, "cached_state")
-        if state is not None:
-            state = reorder_batch(state, new_order, DECODER_BATCH_DIMS)
-            self.set_incremental_state(incremental_state, "cached_state", state)
-
     # -- forward -----------------------------------------------------------
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         features, extra = self.extract_features(
@@ -110,7 +105,7 @@ class LuongDecoder(FairseqIncrementalDecoder):
         if incremental_state is not None:
             start = prev_output_tokens.size(1) - 1
             prev_output_tokens = prev_output_tokens[:, -1:]
-            state = self.get_incremental_state(incremental_state, "cached_state")
+            state = self.cached_state(incremental_state)
         if state is None:
             state = self.initial_state(encoder_out)
         T = prev_output_tokens.size(1)
@@ -142,7 +137,7 @@ class LuongDecoder(FairseqIncrementalDecoder):
 
         if incremental_state is not None:
             new_state = dict(state, hidden=hidden, cell=cell, input_feed=input_feed)
-            self.set_incremental_state(incremental_state, "cached_state", new_state)
+            self.cache_state(incremental_state, new_state)
 
         extra = {"attn": [None], "p_t": [center]}
         if prob is not None and self.need_attn:
@@ -165,9 +160,6 @@ class LuongDecoder(FairseqIncrementalDecoder):
         )
         attn_vec = torch.tanh(self.W_c(torch.cat([context, query], dim=-1)))  # eq. (5)
         return attn_vec, prob, extras.get("p_t")
-
-    def max_positions(self) -> int:
-        return self.max_target_positions
 
     def make_generation_fast_(self, need_attn: bool = False, **kwargs):
         if need_attn and self.attention is None:

@@ -1,0 +1,1 @@
+"""Analysis tools of the papers (Luong §5, Bahdanau §5)."""

@@ -1,0 +1,103 @@
+"""Score a test set decoded by fairseq-generate and show what the model does.
+
+    python -m luong_plugin.analysis.report GEN_OUTPUT --reference test.en --out-dir DIR
+
+Prints sacreBLEU and chrF with their signatures (detokenised output against the
+raw reference), a few sample translations, and the path of an attention heatmap;
+writes DIR/test.hyp (one detokenised hypothesis per reference line).
+"""
+
+import argparse
+import os
+import re
+
+from .generate_output import decode_pieces, parse_generate
+from .heatmap import plot_attention
+
+
+def score(hypotheses, references):
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    return (
+        (bleu.corpus_score(hypotheses, [references]), bleu.get_signature()),
+        (chrf.corpus_score(hypotheses, [references]), chrf.get_signature()),
+    )
+
+
+def training_summary(path):
+    """Wall time, updates and best valid perplexity from a fairseq-train log."""
+    if not path or not os.path.exists(path):
+        return None
+    text = open(path, encoding="utf-8").read()
+    ppl = [float(p) for p in re.findall(r"\| valid \|.*?\| ppl ([0-9.]+)", text)]
+    wall = re.findall(r"\| wall (\d+)", text)
+    updates = re.findall(r"num_updates[ =](\d+)", text)
+    return {
+        "valid_ppl": min(ppl) if ppl else None,
+        "wall_s": int(wall[-1]) if wall else None,
+        "updates": int(updates[-1]) if updates else None,
+    }
+
+
+def pick_example(rows, lo=8, hi=16):
+    """A sentence of moderate length for the heatmap (deterministic)."""
+    for i in sorted(rows):
+        if rows[i].attention is not None and lo <= len(rows[i].hypothesis.split()) <= hi:
+            return i
+    return min(i for i in rows if rows[i].attention is not None)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("generate_output")
+    parser.add_argument("--reference", required=True, help="raw reference, one line per id")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--train-log", default=None)
+    parser.add_argument("--samples", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    rows = parse_generate(open(args.generate_output, encoding="utf-8").read())
+    references = open(args.reference, encoding="utf-8").read().splitlines()
+    missing = [i for i in range(len(references)) if i not in rows]
+    if missing:
+        parser.error(
+            f"{len(missing)} of {len(references)} reference lines have no hypothesis "
+            f"(first ids {missing[:5]}); was --required-batch-size-multiple 1 passed?"
+        )
+    hypotheses = [decode_pieces(rows[i].hypothesis) for i in range(len(references))]
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "test.hyp"), "w", encoding="utf-8") as f:
+        f.write("\n".join(hypotheses) + "\n")
+
+    (bleu, bleu_sig), (chrf, chrf_sig) = score(hypotheses, references)
+    summary = training_summary(args.train_log)
+    print(f"test sentences: {len(references)}")
+    if summary:
+        print(
+            "training: {updates} updates in {wall_s} s, best valid perplexity {valid_ppl}".format(
+                **summary
+            )
+        )
+    print(f"sacreBLEU {bleu.score:.2f}  ({bleu_sig})")
+    print(f"chrF2     {chrf.score:.2f}  ({chrf_sig})")
+    step = max(1, len(references) // max(1, args.samples))
+    for i in list(range(0, len(references), step))[: args.samples]:
+        print(f"\n[{i}] source:    {decode_pieces(rows[i].source)}")
+        print(f"[{i}] reference: {references[i]}")
+        print(f"[{i}] output:    {hypotheses[i]}")
+
+    example = pick_example(rows)
+    row = rows[example]
+    png = plot_attention(
+        row.attention,
+        row.source.split() + ["</s>"],
+        row.hypothesis.split() + ["</s>"],
+        os.path.join(args.out_dir, f"attention_{example}.png"),
+        title=f"test sentence {example}",
+    )
+    print(f"\nattention heatmap: {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Reading fairseq-generate output, heatmaps and the demo report."""
+
+import os
+
+import numpy as np
+import pytest
+
+from luong_plugin.analysis.generate_output import decode_pieces, parse_generate
+from luong_plugin.analysis.heatmap import plot_attention
+from luong_plugin.analysis.report import main as report_main
+
+OUTPUT = """S-1\t▁la ▁casa ▁de ▁Jehová
+T-1\t▁the ▁house ▁of ▁the ▁Lord
+H-1\t-0.5\t▁the ▁house ▁of ▁the ▁Lord
+D-1\t-0.5\tthe house of the Lord
+P-1\t-0.1 -0.2 -0.3 -0.1 -0.1 -0.1
+A-1\t0.9,0.05,0.05,0,0 0.1,0.8,0.1,0,0 0.2,0.2,0.6,0,0 0.2,0.2,0.6,0,0 0,0,0,1,0 0,0,0,0.1,0.9
+S-0\t▁E n ▁el ▁principio
+T-0\t▁In ▁the ▁beginning ▁God ▁created
+H-0\t-0.25\t▁In ▁the ▁beginning ▁God ▁created
+A-0\t0.7,0.1,0.1,0.1,0 0.1,0.6,0.2,0.1,0 0,0.1,0.8,0.1,0 0,0,0.1,0.8,0.1 0,0,0.1,0.8,0.1 0,0,0,0,1
+Generate test with beam=5: BLEU4 = 12.0
+"""
+
+
+def test_parse_generate_reads_every_field():
+    rows = parse_generate(OUTPUT)
+    assert sorted(rows) == [0, 1]
+    assert rows[1].hypothesis == "▁the ▁house ▁of ▁the ▁Lord" and rows[1].score == -0.5
+    assert rows[1].attention[0] == [0.9, 0.05, 0.05, 0.0, 0.0]
+    assert decode_pieces(rows[0].source) == "En el principio"
+    assert len(rows[0].attention) == len(rows[0].hypothesis.split()) + 1
+    assert all(len(r) == len(rows[0].source.split()) + 1 for r in rows[0].attention)
+
+
+def test_heatmap_is_a_real_png(tmp_path):
+    import matplotlib.image as mpimg
+
+    rows = parse_generate(OUTPUT)
+    row = rows[0]
+    path = plot_attention(
+        row.attention, row.source.split() + ["</s>"], row.hypothesis.split() + ["</s>"],
+        str(tmp_path / "a.png"), centers=[0.2, 1.1, 2.0, 3.4, 3.5, 4.0],
+    )
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    image = mpimg.imread(path)
+    assert image.shape[0] >= 300 and image.shape[1] >= 400
+    assert np.ptp(image[..., :3]) > 0.5  # not a blank picture
+
+
+def test_report_scores_with_signatures(tmp_path, capsys):
+    gen = tmp_path / "gen.txt"
+    gen.write_text(OUTPUT, encoding="utf-8")
+    ref = tmp_path / "test.en"
+    ref.write_text("In the beginning God created\nthe house of the Lord\n", encoding="utf-8")
+    report_main([str(gen), "--reference", str(ref), "--out-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "sacreBLEU 100.00" in out and "nrefs:1|case:mixed|eff:no|tok:13a" in out
+    assert "chrF2     100.00" in out
+    hyp = (tmp_path / "test.hyp").read_text(encoding="utf-8")
+    assert hyp == "In the beginning God created\nthe house of the Lord\n"
+    assert os.path.exists(tmp_path / "attention_0.png")
+
+
+def test_report_refuses_missing_sentences(tmp_path):
+    gen = tmp_path / "gen.txt"
+    gen.write_text(OUTPUT, encoding="utf-8")
+    ref = tmp_path / "test.en"
+    ref.write_text("a\nb\nc\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        report_main([str(gen), "--reference", str(ref), "--out-dir", str(tmp_path)])
