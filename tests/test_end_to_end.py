@@ -158,7 +158,7 @@ def test_restore_file_resumes_training(bible, checkpoints, tmp_path):
     assert re.search(r"num_updates 35\b", log)
 
 
-def test_hydra_train_checkpoint_generates(bible, tmp_path):
+def test_hydra_train_checkpoint_generates_and_resumes(bible, tmp_path):
     fairseq(
         "fairseq-hydra-train", "--config-dir", os.path.join(REPO, "configs"),
         "--config-name", "luong_tiny", f"task.data={bible / 'bin'}", "task.source_lang=es",
@@ -166,8 +166,20 @@ def test_hydra_train_checkpoint_generates(bible, tmp_path):
         "optimization.max_epoch=1", "dataset.num_workers=0", f"checkpoint.save_dir={tmp_path}",
         f"hydra.run.dir={tmp_path}",
     )
-    out = generate(bible, tmp_path / "checkpoint_last.pt")
+    checkpoint = tmp_path / "checkpoint_last.pt"
+    out = generate(bible, checkpoint)
     assert len(parse(out, "H")) == 29
+    line = (bible / "spm" / "test.es").read_text().splitlines()[0]
+    out = fairseq(
+        "fairseq-interactive", bible / "bin", "--user-dir", USER_DIR, "--path", checkpoint,
+        "--source-lang", "es", "--target-lang", "en", "--max-len-b", "5", input=line + "\n",
+    )
+    assert len(parse(out, "H")) == 1
+    log = train(  # the config trained with SGD, this run uses Adam
+        bible / "bin", tmp_path / "resumed", "--restore-file", checkpoint, "--reset-optimizer",
+        updates=12,
+    )
+    assert "Loaded checkpoint" in log and re.search(r"num_updates 12\b", log)
 
 
 @pytest.fixture(scope="session")

@@ -168,7 +168,8 @@ WMT_EN_FR = {}  # §4.2 / Appendix A.2: the defaults are the paper's sizes
 
 ARCHS = {
     "bahdanau_rnnsearch_wmt_en_fr": dict(WMT_EN_FR),
-    "bahdanau_rnnencdec_wmt_en_fr": dict(WMT_EN_FR, attention="none"),
+    # Cho et al. (2014) predict y_t from h<t> = f(h<t-1>, y_{t-1}, c): the new state
+    "bahdanau_rnnencdec_wmt_en_fr": dict(WMT_EN_FR, attention="none", readout_state="current"),
     # tiny, for tests: every option still selectable
     "bahdanau_tiny": dict(
         encoder_embed_dim=16,

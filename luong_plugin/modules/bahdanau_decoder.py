@@ -22,7 +22,13 @@ A.2.2 computes t̃_i from s_{i-1} ("previous", the default: the appendix is the
 paper's complete specification), so p(y_i) reads c_i and y_{i-1} directly and
 s_i only serves the next step; the main text's eq. (4), p(y_i | ...) =
 g(y_{i-1}, s_i, c_i), reads s_i ("current"), which makes p(y_i) one GRU step
-deeper. Both are offered so either reading can be trained and compared.
+deeper. Both are offered so either reading can be trained and compared. With
+"previous", α_i does not depend on y_{i-1} (s_{i-1} has read y_{<= i-2}). The
+authors' released code (GroundHog) orders a step differently again: it attends
+from the previous state, then feeds c and the *current* input word into the
+GRU, so its attention query for y_i has read y_{i-1}; neither option is that
+ordering. The RNNencdec baseline (Cho et al. 2014) reads the new state,
+"current", which its named arch sets.
 
 Dropout (``dropout``, 0 in the paper): on the embeddings E y_{i-1} and on t_i
 before W_o.
