@@ -22,8 +22,11 @@ def plot_attention(
     centers: Optional[Sequence[float]] = None,
 ) -> str:
     """Rows are target tokens, columns source tokens; ``centers`` marks local-p's p_t."""
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq logs at DEBUG
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
