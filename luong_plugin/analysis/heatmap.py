@@ -24,9 +24,9 @@ def plot_attention(
     """Rows are target tokens, columns source tokens; ``centers`` marks local-p's p_t."""
     import logging
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq logs at DEBUG
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq logs at DEBUG
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
