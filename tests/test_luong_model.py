@@ -252,3 +252,17 @@ def test_base_model_refuses_print_alignment():
     model = build(attention_window="none", input_feeding=False, decoder_out_embed_dim=24)
     with pytest.raises(OptionError, match="--print-alignment needs attention"):
         model.make_generation_fast_(need_attn="hard")
+
+
+@pytest.mark.parametrize("window", ["global", "local-p"])
+def test_incremental_state_started_on_a_whole_prefix(window):
+    """A first call with a prefix of several tokens runs all of them, then steps on."""
+    model = build(attention_window=window)
+    src, lengths = random_batch(model.encoder.dictionary, [7, 3])
+    prev = random_prev_output(model.decoder.dictionary, 2, 6)
+    full, _ = model(src, lengths, prev)
+    enc = model.encoder(src, lengths)
+    state = {}
+    first, _ = model.decoder(prev[:, :4], enc, incremental_state=state)
+    steps = [model.decoder(prev[:, :t], enc, incremental_state=state)[0] for t in (5, 6)]
+    torch.testing.assert_close(torch.cat([first] + steps, 1), full, atol=1e-5, rtol=0)

@@ -103,11 +103,12 @@ class LuongDecoder(CachedStateDecoder):
         state = None
         start = 0
         if incremental_state is not None:
+            state = self.cached_state(incremental_state)
+        if state is None:  # a new sentence: run the whole prefix
+            state = self.initial_state(encoder_out)
+        else:  # the cache holds every step but the newest
             start = prev_output_tokens.size(1) - 1
             prev_output_tokens = prev_output_tokens[:, -1:]
-            state = self.cached_state(incremental_state)
-        if state is None:
-            state = self.initial_state(encoder_out)
         T = prev_output_tokens.size(1)
         steps = torch.arange(start, start + T, device=prev_output_tokens.device)  # T
         x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x C
