@@ -53,7 +53,7 @@ from torch import Tensor
 from .attention import attend
 from .gru import PaperGRU
 from .maxout import Maxout
-from .options import OptionError, lookup
+from .options import lookup
 from .incremental import CachedStateDecoder
 from .scores import ConcatScore
 from .source import attention_to_src_layout
@@ -64,6 +64,7 @@ READOUT_STATES = {"previous": "s_{i-1}, Appendix A.2.2", "current": "s_i, eq. (4
 
 class BahdanauDecoder(CachedStateDecoder):
     BATCH_DIMS = {"hidden": 0, "proj_keys": 0}
+    WITHOUT_ATTENTION = "RNNencdec (--attention none)"
 
     def __init__(
         self,
@@ -181,10 +182,3 @@ class BahdanauDecoder(CachedStateDecoder):
         context, prob = attend(scores, excluded, None, encoder_out["encoder_out"])
         return context.squeeze(1), prob.squeeze(1)  # B x A, B x S
 
-    def make_generation_fast_(self, need_attn: bool = False, **kwargs):
-        if need_attn and self.attention is None:
-            raise OptionError(
-                "--print-alignment needs attention weights; RNNencdec "
-                "(--attention none) has none"
-            )
-        self.need_attn = bool(need_attn)

@@ -33,7 +33,6 @@ import torch.nn as nn
 from torch import Tensor
 
 from .attention import LuongAttention
-from .options import OptionError
 from .incremental import CachedStateDecoder
 from .source import attention_to_src_layout
 
@@ -41,6 +40,7 @@ from .source import attention_to_src_layout
 
 class LuongDecoder(CachedStateDecoder):
     BATCH_DIMS = {"hidden": 1, "cell": 1, "input_feed": 0, "proj_keys": 0}
+    WITHOUT_ATTENTION = "the Base model (--attention-window none)"
 
     def __init__(
         self,
@@ -162,10 +162,3 @@ class LuongDecoder(CachedStateDecoder):
         attn_vec = torch.tanh(self.W_c(torch.cat([context, query], dim=-1)))  # eq. (5)
         return attn_vec, prob, extras.get("p_t")
 
-    def make_generation_fast_(self, need_attn: bool = False, **kwargs):
-        if need_attn and self.attention is None:
-            raise OptionError(
-                "--print-alignment needs attention weights; the Base model "
-                "(--attention-window none) has none"
-            )
-        self.need_attn = bool(need_attn)
