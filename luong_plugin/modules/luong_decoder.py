@@ -26,7 +26,7 @@ Shape legend: B batch, T target len, S source len (padded), C embedding dim,
 E encoder dim, H decoder hidden, O attentional hidden (h̃) dim, V vocab, L layers.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
