@@ -137,9 +137,6 @@ class BahdanauModel(FairseqEncoderDecoderModel):
         init_bahdanau_(model)
         return model
 
-    def max_positions(self):
-        return (self.encoder.max_positions(), self.decoder.max_positions())
-
 
 def init_bahdanau_(model: nn.Module) -> None:
     """Appendix B.1: recurrent U, U_z, U_r (every direction and the decoder)

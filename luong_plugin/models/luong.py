@@ -170,9 +170,6 @@ class LuongModel(FairseqEncoderDecoderModel):
         init_uniform_(model, cfg.init_range)
         return model
 
-    def max_positions(self):
-        return (self.encoder.max_positions(), self.decoder.max_positions())
-
 
 def init_uniform_(model: nn.Module, init_range: float) -> None:
     """§4.1: all parameters uniform in [-init_range, init_range]; padding rows zero."""

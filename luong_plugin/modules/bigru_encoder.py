@@ -32,23 +32,22 @@ from typing import Dict
 
 import torch
 import torch.nn as nn
-from fairseq.models import FairseqEncoder
 from torch import Tensor
 
 from .gru import PaperGRU
-from .source import SourceLayout, reorder_batch
-
-ENCODER_BATCH_DIMS = {
-    "encoder_out": 0,
-    "src_pad_mask": 0,
-    "src_lengths": 0,
-    "src_order": 0,
-    "first_backward": 0,
-    "summary": 0,
-}
+from .source_encoder import SourceEncoder
 
 
-class GRUEncoder(FairseqEncoder):
+class GRUEncoder(SourceEncoder):
+    BATCH_DIMS = {
+        "encoder_out": 0,
+        "src_pad_mask": 0,
+        "src_lengths": 0,
+        "src_order": 0,
+        "first_backward": 0,
+        "summary": 0,
+    }
+
     def __init__(
         self,
         dictionary,
@@ -58,13 +57,9 @@ class GRUEncoder(FairseqEncoder):
         dropout: float,
         max_source_positions: int,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, embed_dim, dropout, max_source_positions)
         self.bidirectional = bidirectional
         self.hidden_size = hidden_size
-        self.max_source_positions = max_source_positions
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, self.padding_idx)
-        self.dropout = nn.Dropout(dropout)
         self.forward_gru = PaperGRU(embed_dim, hidden_size)  # W→, U→, ...
         if bidirectional:
             self.backward_gru = PaperGRU(embed_dim, hidden_size)  # W←, U←, ...
@@ -75,15 +70,11 @@ class GRUEncoder(FairseqEncoder):
     def forward(
         self, src_tokens: Tensor, src_lengths: Tensor = None
     ) -> Dict[str, Tensor]:
-        layout = SourceLayout.from_tokens(src_tokens, self.padding_idx)
+        layout = self.layout(src_tokens)
         tokens = layout.to_true_order(src_tokens)  # B x S, right-padded
         x = self.dropout(self.embed_tokens(tokens))  # B x S x m: E x_j
         forward_states, last = self.forward_gru(x, layout.lengths)  # B x S x n, B x n
-        out = {
-            "src_pad_mask": layout.pad_mask,
-            "src_lengths": layout.lengths,
-            "src_order": layout.order,
-        }
+        out = self.layout_fields(layout)
         if self.bidirectional:
             backward_states, first = self.backward_gru(x, layout.lengths, reverse=True)
             annotations = torch.cat([forward_states, backward_states], dim=-1)
@@ -93,9 +84,3 @@ class GRUEncoder(FairseqEncoder):
             out["encoder_out"] = forward_states  # B x S x n
             out["summary"] = torch.tanh(self.V(last))  # B x n: c
         return out
-
-    def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor):
-        return reorder_batch(encoder_out, new_order, ENCODER_BATCH_DIMS)
-
-    def max_positions(self) -> int:
-        return self.max_source_positions

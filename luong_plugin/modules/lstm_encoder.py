@@ -19,20 +19,11 @@ Shape legend: B batch, S source len (padded), C embedding dim, E hidden size, L 
 from typing import Dict
 
 import torch.nn as nn
-from fairseq.models import FairseqEncoder
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .source import SourceLayout, gather_positions, reorder_batch
-
-ENCODER_BATCH_DIMS = {
-    "encoder_out": 0,
-    "src_pad_mask": 0,
-    "src_lengths": 0,
-    "src_order": 0,
-    "final_hiddens": 1,
-    "final_cells": 1,
-}
+from .source import gather_positions
+from .source_encoder import SourceEncoder
 
 
 def run_packed(rnn: nn.RNNBase, x: Tensor, lengths: Tensor, hidden=None):
@@ -43,7 +34,16 @@ def run_packed(rnn: nn.RNNBase, x: Tensor, lengths: Tensor, hidden=None):
     return out, final  # B x S x E
 
 
-class LuongEncoder(FairseqEncoder):
+class LuongEncoder(SourceEncoder):
+    BATCH_DIMS = {
+        "encoder_out": 0,
+        "src_pad_mask": 0,
+        "src_lengths": 0,
+        "src_order": 0,
+        "final_hiddens": 1,
+        "final_cells": 1,
+    }
+
     def __init__(
         self,
         dictionary,
@@ -54,12 +54,8 @@ class LuongEncoder(FairseqEncoder):
         reverse_source: bool,
         max_source_positions: int,
     ):
-        super().__init__(dictionary)
-        self.padding_idx = dictionary.pad()
+        super().__init__(dictionary, embed_dim, dropout, max_source_positions)
         self.reverse_source = reverse_source
-        self.max_source_positions = max_source_positions
-        self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, self.padding_idx)
-        self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(
             embed_dim,
             hidden_size,
@@ -70,7 +66,7 @@ class LuongEncoder(FairseqEncoder):
         self.output_dim = hidden_size
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor = None) -> Dict[str, Tensor]:
-        layout = SourceLayout.from_tokens(src_tokens, self.padding_idx)
+        layout = self.layout(src_tokens)
         tokens = layout.to_true_order(src_tokens)  # B x S
         if self.reverse_source:
             reverse = layout.reversed_index()  # B x S
@@ -81,15 +77,7 @@ class LuongEncoder(FairseqEncoder):
             out = gather_positions(out, reverse)  # back to true order
         return {
             "encoder_out": out,  # B x S x E
-            "src_pad_mask": layout.pad_mask,
-            "src_lengths": layout.lengths,
-            "src_order": layout.order,
+            **self.layout_fields(layout),
             "final_hiddens": final_hiddens,  # L x B x E
             "final_cells": final_cells,
         }
-
-    def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor):
-        return reorder_batch(encoder_out, new_order, ENCODER_BATCH_DIMS)
-
-    def max_positions(self) -> int:
-        return self.max_source_positions
