@@ -1,1 +1,1 @@
-"""Real parallel corpora built from locally installed, public-domain sources."""
+"""Parallel corpora: the Spanish-English Bible (local, public domain) and the papers' WMT sets."""

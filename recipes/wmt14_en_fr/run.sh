@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# WMT'14 English->French, Bahdanau et al. (2015) RNNsearch and RNNencdec. See README.md here.
+#
+# usage: recipes/wmt14_en_fr/run.sh prepare  --out DIR [--raw-dir RAW] [--vocab N] [--max-len N]
+#        recipes/wmt14_en_fr/run.sh train    --data DIR [--arch A] [--world-size N] [-- FAIRSEQ-ARGS]
+#        recipes/wmt14_en_fr/run.sh evaluate --data DIR --checkpoint C [--unk-replace] [-- FAIRSEQ-ARGS]
+#        recipes/wmt14_en_fr/run.sh score    --data DIR --hyp TOKENIZED-FILE
+#   env PYTHON   interpreter with fairseq and this package (default .venv/bin/python)
+# Runs luong_plugin/corpora/wmt.py as a script (python -m would import fairseq, ~5 s).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+[ $# -ge 1 ] || { sed -n '4,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+exec "${PYTHON:-$REPO/.venv/bin/python}" "$REPO/luong_plugin/corpora/wmt.py" "$1" \
+  --recipe "$(basename "$(dirname "${BASH_SOURCE[0]}")")" "${@:2}"
