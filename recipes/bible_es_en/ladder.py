@@ -23,10 +23,11 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
@@ -119,18 +120,16 @@ def dims(arch: str, dim: int):
 
 
 def run(cmd, log_path, threads):
+    """Run ``cmd`` to completion; returns its CPU seconds (user + system)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.run([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT,
-                              env=env, cwd=REPO)
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT,
+                                env=env, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage
+        proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         tail = open(log_path, encoding="utf-8").read()[-3000:]
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{tail}")
-
-
-def cpu_seconds():
-    """CPU time (user + system) of the finished child processes so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -147,12 +146,13 @@ class Ladder:
         self.reference = os.path.join(args.data, "raw", "test.en")
         self.tool = lambda name: os.path.join(os.path.dirname(sys.executable), name)
         self.results = {}
+        self.lock = threading.Lock()
         self.results_path = os.path.join(args.runs, "results.json")
         if os.path.exists(self.results_path) and not args.force:
             self.results = json.load(open(self.results_path, encoding="utf-8"))
 
     def save(self):
-        with open(self.results_path, "w", encoding="utf-8") as f:
+        with self.lock, open(self.results_path, "w", encoding="utf-8") as f:
             json.dump(self.results, f, indent=1, sort_keys=True)
 
     def train(self, name, arch, extra):
@@ -181,11 +181,11 @@ class Ladder:
         if arch.startswith("luong"):
             cmd += ["--window-size", a.window_size]
         print(f"[{name}] training {arch} for {a.updates} updates", flush=True)
-        start, cpu = time.time(), cpu_seconds()
-        run(cmd, os.path.join(save_dir, "train.log"), a.threads)
+        start = time.time()
+        cpu = run(cmd, os.path.join(save_dir, "train.log"), a.threads)
         self.results[name] = {
             "arch": arch, "extra": extra, "wall_s": round(time.time() - start),
-            "cpu_s": round(cpu_seconds() - cpu),
+            "cpu_s": round(cpu),
             "valid_ppl": valid_ppl(os.path.join(save_dir, "train.log")),
             "updates": a.updates, "seed": a.seed,
         }
@@ -239,13 +239,17 @@ class Ladder:
         self.save()
         return entry
 
+    def one(self, name, arch, extra):
+        self.decode(name, [self.train(name, arch, extra)])
+
     def all(self):
         a = self.args
-        for table in (LUONG, BAHDANAU, PEER):
-            for name, (arch, extra, _label) in table.items():
-                if a.only and name not in a.only:
-                    continue
-                self.decode(name, [self.train(name, arch, extra)])
+        rows = [(name, arch, extra) for table in (LUONG, BAHDANAU, PEER)
+                for name, (arch, extra, _label) in table.items()
+                if not a.only or name in a.only]
+        with ThreadPoolExecutor(max_workers=a.jobs) as pool:  # each job is a process
+            for future in [pool.submit(self.one, *row) for row in rows]:
+                future.result()
         # Unk replacement copies the source word aligned to each <unk> (§4.1);
         # it changes a hypothesis only where the model wrote <unk>.
         for name in list(LUONG):
@@ -290,7 +294,7 @@ def write_results(results, args, path):
         f"**Budget, the same for every model:** {args.updates} updates of at most",
         f"{args.max_tokens} target tokens (at most {epochs:.1f} epochs), Adam lr {args.lr}, gradient norm 1, cross-entropy, seed {args.seed},",
         f"1 layer of {args.dim} units (embeddings too), window D = {args.window_size} pieces,",
-        f"{args.threads} CPU threads. Beam 5; BLEU is sacreBLEU on detokenised output",
+        f"{args.jobs} models at a time with {args.threads} thread(s) each. Beam 5; BLEU is sacreBLEU on detokenised output",
         "against the raw reference; perplexity is the best validation perplexity",
         "(measured at half and at the end of the budget). Times are training only:",
         "wall clock and CPU seconds (user + system, all threads).",
@@ -408,7 +412,9 @@ def main(argv=None):
     parser.add_argument("--window-size", type=int, default=14)
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="models trained at the same time (default: one per core)")
+    parser.add_argument("--threads", type=int, default=1, help="threads per job")
     parser.add_argument("--only", nargs="*", help="train only these rows (names as in the code)")
     parser.add_argument("--force", action="store_true", help="retrain and rescore everything")
     args = parser.parse_args(argv)
