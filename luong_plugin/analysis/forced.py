@@ -1,0 +1,182 @@
+"""Forced decoding: a model's attention while it reads a given target.
+
+The decoder is teacher-forced on the reference (prev_output_tokens = EOS +
+reference, the layout fairseq trains with), so every target step attends with
+the reference prefix as its history; this is how Luong et al. (2015, §5.4)
+"force decode our attentional models to produce translations that match the
+references" before extracting alignments. With the model's own beam output as
+the reference, the maps equal what ``fairseq-generate --print-alignment soft``
+prints (the decoders' full forward equals their incremental steps).
+
+Input, shared by the tools that force-decode (``--path``, ``--data`` and one of):
+    --source/--target FILE   text, one sentence per line: the model's tokens
+                             (pieces), or raw text with --spm-model
+    --gen-subset SPLIT       a binarized split of --data
+
+Shape legend: B batch, T target len + EOS (padded), S source len + EOS (padded).
+"""
+
+import argparse
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from .inputs import read_lines
+from .words import SCHEMES, detect_scheme, word_index
+
+
+@dataclass
+class Pair:
+    source: List[str]  # source pieces, no EOS
+    target: List[str]  # target pieces, no EOS
+    src_tokens: torch.Tensor  # S_b: ids, EOS last
+    tgt_tokens: torch.Tensor  # T_b: ids, EOS last
+
+
+@dataclass
+class Forced:
+    pair: Pair
+    attention: np.ndarray  # (len(target) + 1) x (len(source) + 1), EOS last on both
+    centers: Optional[np.ndarray]  # len(target) + 1: local-p's p_t, source-piece units
+
+
+def add_forced_args(parser: argparse.ArgumentParser, required: bool = True):
+    # fmt: off
+    group = parser.add_argument_group("model and data (forced decoding)")
+    group.add_argument("--path", required=required,
+                       help="checkpoint(s), colon-separated for an ensemble (attention averaged)")
+    group.add_argument("--data", required=required,
+                       help="fairseq data directory: the dictionaries, and --gen-subset")
+    group.add_argument("--source", help="source sentences, one per line")
+    group.add_argument("--target", help="target (reference) sentences, one per line")
+    group.add_argument("--gen-subset", help="binarized split of --data to read instead, e.g. test")
+    group.add_argument("--spm-model",
+                       help="SentencePiece model: --source/--target are raw text to encode")
+    group.add_argument("--subword", choices=SCHEMES, default="auto",
+                       help="how pieces join into words (auto: '▁' -> sentencepiece, "
+                       "'@@' -> bpe, else none)")
+    group.add_argument("-s", "--source-lang", help="override the checkpoint's source language")
+    group.add_argument("-t", "--target-lang", help="override the checkpoint's target language")
+    group.add_argument("--batch-size", type=int, default=32)
+    group.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is there")
+    # fmt: on
+    return group
+
+
+def load_ensemble(paths: str, data: str, source_lang=None, target_lang=None):
+    import luong_plugin  # noqa: F401  (registers the models, allow-lists checkpoint globals)
+    from fairseq import checkpoint_utils
+
+    overrides = {"data": data}
+    if source_lang:
+        overrides["source_lang"] = source_lang
+    if target_lang:
+        overrides["target_lang"] = target_lang
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        paths.split(":"), arg_overrides=overrides
+    )
+    for model in models:
+        model.eval()
+    return models, task
+
+
+def read_pairs(args, task, sources=None, targets=None) -> List[Pair]:
+    """Sentence pairs from --source/--target text or --gen-subset; ``sources``
+    and ``targets`` (lists of lines) replace --source and --target."""
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    if sources is not None or args.source:
+        if sources is None:
+            sources = read_lines(args.source, "--source")
+        if targets is None:
+            if not args.target:
+                raise ValueError("--source needs --target (the reference to force-decode)")
+            targets = read_lines(args.target, "--target")
+        if len(sources) != len(targets):
+            raise ValueError(
+                f"{len(sources)} source sentences but {len(targets)} target sentences "
+                "(--source and --target must have one line per sentence pair)"
+            )
+        if args.spm_model:
+            import sentencepiece as spm
+
+            processor = spm.SentencePieceProcessor(model_file=args.spm_model)
+            sources = [" ".join(processor.encode(s, out_type=str)) for s in sources]
+            targets = [" ".join(processor.encode(t, out_type=str)) for t in targets]
+        return [
+            Pair(
+                s.split(), t.split(),
+                src_dict.encode_line(s, add_if_not_exist=False, append_eos=True).long(),
+                tgt_dict.encode_line(t, add_if_not_exist=False, append_eos=True).long(),
+            )
+            for s, t in zip(sources, targets)
+        ]
+    if not args.gen_subset:
+        raise ValueError("give --source and --target (text) or --gen-subset (binarized data)")
+    if args.spm_model:
+        raise ValueError("--spm-model encodes --source/--target text; --gen-subset is binarized")
+    task.load_dataset(args.gen_subset)
+    dataset = task.dataset(args.gen_subset)
+    if getattr(dataset, "tgt", None) is None:
+        raise ValueError(f"--gen-subset {args.gen_subset}: no target side to force-decode")
+    pairs = []
+    for i in range(len(dataset)):
+        src, tgt = dataset.src[i].long(), dataset.tgt[i].long()
+        pairs.append(
+            Pair([src_dict[k] for k in src[:-1]], [tgt_dict[k] for k in tgt[:-1]], src, tgt)
+        )
+    return pairs
+
+
+def load_inputs(args, sources=None, targets=None):
+    """-> (models, task, pairs, subword scheme) for the parsed ``add_forced_args``."""
+    models, task = load_ensemble(args.path, args.data, args.source_lang, args.target_lang)
+    pairs = read_pairs(args, task, sources, targets)
+    return models, task, pairs, resolve_scheme(args.subword, pairs)
+
+
+def resolve_scheme(scheme: str, pairs: Sequence[Pair]) -> str:
+    if scheme != "auto":
+        return scheme
+    return detect_scheme(p.source + p.target for p in pairs)
+
+
+@torch.no_grad()
+def force_decode(models, task, pairs: Sequence[Pair], batch_size=32, cpu=False) -> Iterator[Forced]:
+    """Teacher-forced attention of every pair, in order; an ensemble's maps are
+    averaged (as fairseq's generator averages them)."""
+    from fairseq.data import data_utils
+
+    pad, eos = task.source_dictionary.pad(), task.source_dictionary.eos()
+    left_pad = getattr(getattr(task, "cfg", None), "left_pad_source", True)
+    device = "cuda" if torch.cuda.is_available() and not cpu else "cpu"
+    models = [m.to(device) for m in models]
+    for start in range(0, len(pairs), batch_size):
+        batch = pairs[start : start + batch_size]
+        src_tokens = data_utils.collate_tokens(
+            [p.src_tokens for p in batch], pad, eos, left_pad=left_pad
+        ).to(device)  # B x S
+        src_lengths = torch.tensor([len(p.src_tokens) for p in batch], device=device)  # B
+        prev_output_tokens = data_utils.collate_tokens(
+            [p.tgt_tokens for p in batch], pad, eos, move_eos_to_beginning=True
+        ).to(device)  # B x T: EOS + reference
+        attn, centers = None, None
+        for model in models:
+            _, extra = model(src_tokens, src_lengths, prev_output_tokens)
+            if extra.get("attn", [None])[0] is None:
+                raise ValueError(f"--path: {type(model).__name__} returns no attention")
+            a = extra["attn"][0].float()  # B x T x S, the layout of src_tokens
+            attn = a if attn is None else attn + a
+            centers = extra.get("p_t", [None])[0] if len(models) == 1 else None  # B x T
+        attn = (attn / len(models)).cpu()
+        for b, pair in enumerate(batch):
+            real = src_tokens[b].ne(pad).cpu()  # S: the sentence's columns, in order
+            rows = len(pair.tgt_tokens)
+            matrix = attn[b, :rows][:, real].numpy()  # (T_b) x (S_b)
+            p_t = None if centers is None else centers[b, :rows].float().cpu().numpy()
+            yield Forced(pair, matrix, p_t)
+
+
+def word_indices(pair: Pair, scheme: str):
+    return word_index(pair.source, scheme), word_index(pair.target, scheme)
