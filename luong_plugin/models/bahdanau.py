@@ -17,7 +17,7 @@ from fairseq.models import FairseqEncoderDecoderModel, register_model
 from ..modules.bahdanau_decoder import ATTENTIONS, READOUT_STATES, BahdanauDecoder
 from ..modules.bigru_encoder import GRUEncoder
 from ..modules.gru import PaperGRU
-from ..modules.options import OptionError, lookup, require_positive
+from ..modules.options import OptionError, check_state_dict, lookup, require_positive
 from ..modules.scores import ConcatScore
 from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
 
@@ -67,7 +67,9 @@ class BahdanauConfig(FairseqDataclass):
         default=0.0,
         metadata={"help": "dropout on the embeddings and on t_i (the paper uses none)"},
     )
-    max_source_positions: int = field(default=1024, metadata={"help": "longest source"})
+    max_source_positions: int = field(
+        default=1024, metadata={"help": "longest source (the task's limit: the GRUs read any length)"}
+    )
     max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
 
 
@@ -109,8 +111,7 @@ class BahdanauModel(FairseqEncoderDecoderModel):
             hidden_size=cfg.encoder_hidden_size,
             bidirectional=attention_cls is not None,
             dropout=cfg.dropout,
-            max_source_positions=cfg.max_source_positions,
-        )
+        )  # the GRUs read any length: no limit of the encoder's own
         attention = None
         if attention_cls is not None:
             attention = attention_cls(
@@ -136,6 +137,33 @@ class BahdanauModel(FairseqEncoderDecoderModel):
         model = cls(encoder, decoder)
         init_bahdanau_(model)
         return model
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        if strict:
+            check_state_dict("bahdanau", describe_state_dict, self.state_dict(), state_dict)
+        return super().load_state_dict(state_dict, strict, model_cfg=model_cfg, args=args)
+
+
+def describe_state_dict(state: dict) -> dict:
+    """The options a `bahdanau` state dict implies, read from its keys and shapes
+    (for errors about checkpoints that do not fit the model)."""
+
+    def size(key, dim):
+        return tuple(state[key].shape)[dim] if key in state else None
+
+    maxout_dim, readout = size("decoder.W_o.weight", 1), size("decoder.U_o.weight", 0)
+    return {
+        "--attention": "additive" if "decoder.attention.v_a.weight" in state else "none",
+        "source dictionary size": size("encoder.embed_tokens.weight", 0),
+        "--encoder-embed-dim": size("encoder.embed_tokens.weight", 1),
+        "--encoder-hidden-size": size("encoder.forward_gru.U.weight", 1),
+        "--attention-dim": size("decoder.attention.W_q.weight", 0),
+        "target dictionary size": size("decoder.embed_tokens.weight", 0),
+        "--decoder-embed-dim": size("decoder.embed_tokens.weight", 1),
+        "--decoder-hidden-size": size("decoder.gru.U.weight", 1),
+        "--maxout-dim": maxout_dim,
+        "--maxout-pool": readout // maxout_dim if readout and maxout_dim else None,
+    }
 
 
 def init_bahdanau_(model: nn.Module) -> None:

@@ -6,6 +6,7 @@ D = 10, input feeding, reversed source, 4 x 1000 LSTMs, dropout 0.2, uniform
 init in [-0.1, 0.1]); every named architecture below sets only its differences.
 """
 
+import re
 from dataclasses import dataclass, field
 
 import torch.nn as nn
@@ -15,7 +16,7 @@ from fairseq.models import FairseqEncoderDecoderModel, register_model
 from ..modules.attention import LuongAttention
 from ..modules.luong_decoder import LuongDecoder
 from ..modules.lstm_encoder import LuongEncoder
-from ..modules.options import OptionError, require_positive
+from ..modules.options import OptionError, check_state_dict, require_positive
 from ..modules.scores import SCORES
 from ..modules.windows import WINDOWS
 from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
@@ -65,7 +66,11 @@ class LuongConfig(FairseqDataclass):
         default=False, metadata={"help": "tie the target embedding and W_s"}
     )
     max_source_positions: int = field(
-        default=1024, metadata={"help": "longest source; also the size of the location score"}
+        default=1024,
+        metadata={
+            "help": "longest source; the location score has one weight row per position, "
+            "the other scores read any length"
+        },
     )
     max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
 
@@ -133,6 +138,7 @@ class LuongModel(FairseqEncoderDecoderModel):
         fill_defaults(cfg, config_defaults(LuongConfig))
         validate(cfg)
         window = getattr(cfg.attention_window, "value", cfg.attention_window)
+        score = getattr(cfg.attention_score, "value", cfg.attention_score)
         encoder = LuongEncoder(
             task.source_dictionary,
             embed_dim=cfg.encoder_embed_dim,
@@ -140,7 +146,10 @@ class LuongModel(FairseqEncoderDecoderModel):
             num_layers=cfg.encoder_layers,
             dropout=cfg.dropout,
             reverse_source=cfg.reverse_source,
-            max_source_positions=cfg.max_source_positions,
+            # the LSTMs read any length; the location score has one row per position
+            max_source_positions=(
+                cfg.max_source_positions if score == "location" and window != "none" else None
+            ),
         )
         attention = None
         if window != "none":
@@ -169,6 +178,55 @@ class LuongModel(FairseqEncoderDecoderModel):
         model = cls(encoder, decoder)
         init_uniform_(model, cfg.init_range)
         return model
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        if strict:
+            check_state_dict("luong", describe_state_dict, self.state_dict(), state_dict)
+        return super().load_state_dict(state_dict, strict, model_cfg=model_cfg, args=args)
+
+
+def describe_state_dict(state: dict) -> dict:
+    """The options a `luong` state dict implies, read from its keys and shapes
+    (for errors about checkpoints that do not fit the model)."""
+
+    def size(key, dim):
+        return tuple(state[key].shape)[dim] if key in state else None
+
+    def layers(module):
+        return sum(bool(re.fullmatch(rf"{module}\.lstm\.weight_ih_l\d+", k)) for k in state)
+
+    options = {
+        "source dictionary size": size("encoder.embed_tokens.weight", 0),
+        "--encoder-embed-dim": size("encoder.embed_tokens.weight", 1),
+        "--encoder-hidden-size": size("encoder.lstm.weight_hh_l0", 1),
+        "--encoder-layers": layers("encoder"),
+        "target dictionary size": size("decoder.embed_tokens.weight", 0),
+        "--decoder-embed-dim": size("decoder.embed_tokens.weight", 1),
+        "--decoder-hidden-size": size("decoder.lstm.weight_hh_l0", 1),
+        "--decoder-layers": layers("decoder"),
+        "--decoder-out-embed-dim": size("decoder.W_s.weight", 1),
+    }
+    embed, lstm_in = options["--decoder-embed-dim"], size("decoder.lstm.weight_ih_l0", 1)
+    if embed is not None and lstm_in is not None:
+        options["--input-feeding"] = "on" if lstm_in > embed else "off"
+    if "decoder.W_c.weight" not in state:
+        options["--attention-window"] = "none"
+        return options
+    # global and local-m have no parameters of their own: a checkpoint cannot tell them apart
+    has_w_p = "decoder.attention.window.W_p.weight" in state
+    options["--attention-window"] = "local-p" if has_w_p else "global or local-m"
+    score = "dot"
+    if "decoder.attention.score.W_q.weight" in state:
+        score = "concat"
+    elif "decoder.attention.score.W_a.weight" in state:
+        rows = size("decoder.attention.score.W_a.weight", 0)
+        hidden = (options["--decoder-hidden-size"], options["--encoder-hidden-size"])
+        if tuple(state["decoder.attention.score.W_a.weight"].shape) == hidden:
+            score = "general"
+        else:
+            score = f"location (--max-source-positions {rows})"
+    options["--attention-score"] = score
+    return options
 
 
 def init_uniform_(model: nn.Module, init_range: float) -> None:

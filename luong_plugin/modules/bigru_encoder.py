@@ -28,7 +28,7 @@ Shape legend: B batch, S source len (padded), m embedding dim, n hidden size
 per direction, A annotation dim.
 """
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -55,7 +55,7 @@ class GRUEncoder(SourceEncoder):
         hidden_size: int,
         bidirectional: bool,
         dropout: float,
-        max_source_positions: int,
+        max_source_positions: Optional[int] = None,
     ):
         super().__init__(dictionary, embed_dim, dropout, max_source_positions)
         self.bidirectional = bidirectional

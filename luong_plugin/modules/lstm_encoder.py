@@ -16,7 +16,7 @@ encoder_out (a dict, every tensor batch-first except the final states):
 Shape legend: B batch, S source len (padded), C embedding dim, E hidden size, L layers.
 """
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch.nn as nn
 from torch import Tensor
@@ -52,7 +52,7 @@ class LuongEncoder(SourceEncoder):
         num_layers: int,
         dropout: float,
         reverse_source: bool,
-        max_source_positions: int,
+        max_source_positions: Optional[int] = None,
     ):
         super().__init__(dictionary, embed_dim, dropout, max_source_positions)
         self.reverse_source = reverse_source

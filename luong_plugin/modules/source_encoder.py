@@ -1,8 +1,17 @@
 """What the plugin's encoders share: the source embedding, the conversion of
-``src_tokens`` to true order (source.py), and ``encoder_out`` reordering along
-each key's documented batch dimension."""
+``src_tokens`` to true order (source.py), ``encoder_out`` reordering along
+each key's documented batch dimension, and the longest source they accept.
 
-from typing import Dict
+The recurrent encoders read a source of any length, so by default they set no
+limit of their own (``max_positions()`` is None) and the task's
+``--max-source-positions`` of the current run decides, at training and at
+decoding time alike. A model with a real maximum (Luong's location score has
+one weight row per source position) passes it as ``max_source_positions``.
+
+Shape legend: B batch, S source len (padded).
+"""
+
+from typing import Dict, Optional
 
 import torch.nn as nn
 from fairseq.models import FairseqEncoder
@@ -16,7 +25,13 @@ class SourceEncoder(FairseqEncoder):
 
     BATCH_DIMS: Dict[str, int] = {}
 
-    def __init__(self, dictionary, embed_dim: int, dropout: float, max_source_positions: int):
+    def __init__(
+        self,
+        dictionary,
+        embed_dim: int,
+        dropout: float,
+        max_source_positions: Optional[int] = None,
+    ):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.max_source_positions = max_source_positions
@@ -24,7 +39,18 @@ class SourceEncoder(FairseqEncoder):
         self.dropout = nn.Dropout(dropout)
 
     def layout(self, src_tokens: Tensor) -> SourceLayout:
-        return SourceLayout.from_tokens(src_tokens, self.padding_idx)
+        layout = SourceLayout.from_tokens(src_tokens, self.padding_idx)
+        if src_tokens.is_meta:  # shapes only: no values to check
+            return layout
+        if src_tokens.numel() == 0 or bool((layout.lengths == 0).any()):
+            empty = (layout.lengths == 0).nonzero().flatten().tolist()
+            raise ValueError(
+                f"src_tokens rows {empty or 'all'} (shape {list(src_tokens.shape)}) hold no "
+                "token: every source needs at least its end-of-sentence symbol "
+                f"{self.dictionary.eos_word!r} (fairseq appends it, so an empty input line "
+                "is the one-token source </s>)"
+            )
+        return layout
 
     @staticmethod
     def layout_fields(layout: SourceLayout) -> Dict[str, Tensor]:
@@ -37,5 +63,5 @@ class SourceEncoder(FairseqEncoder):
     def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor):
         return reorder_batch(encoder_out, new_order, self.BATCH_DIMS)
 
-    def max_positions(self) -> int:
-        return self.max_source_positions
+    def max_positions(self) -> Optional[int]:
+        return self.max_source_positions  # None: no limit of the model's own

@@ -1,0 +1,482 @@
+"""Bad input either works correctly or stops with a message naming the option or
+input and what is allowed: unknown choices, window sizes, sources longer than the
+model or the task allows, empty and one-token sources, sizes that cannot fit,
+checkpoints loaded into another architecture, and odd lines fed to
+fairseq-interactive.
+
+The command-line tools run in this process (``cli``), so a test sees the
+exception itself; their output is what the tools print."""
+
+import contextlib
+import importlib
+import io
+import os
+import random
+import sys
+
+import pytest
+import torch
+from conftest import REPO, build, random_batch, random_prev_output
+from fairseq import options
+from fairseq.sequence_generator import SequenceGenerator
+
+from luong_plugin.models import bahdanau, luong
+from luong_plugin.modules.options import CheckpointMismatchError, OptionError
+from luong_plugin.modules.scores import SCORES, build_score
+from luong_plugin.modules.windows import WINDOWS
+
+USER_DIR = os.path.join(REPO, "luong_plugin")
+LUONG = [dict(attention_window=w, attention_score=s) for w in WINDOWS for s in SCORES]
+BAHDANAU = [dict(attention="additive"), dict(attention="none", readout_state="current")]
+
+
+def variants():
+    return [("luong_tiny", kw) for kw in LUONG] + [("bahdanau_tiny", kw) for kw in BAHDANAU]
+
+
+def variant_id(variant):
+    arch, kw = variant
+    return "-".join([arch.split("_")[0], *map(str, kw.values())])
+
+
+# -- unknown choices ------------------------------------------------------------------
+
+
+def parse(arch, *extra):
+    parser = options.get_training_parser()
+    argv = ["/no/data", "--user-dir", USER_DIR, "--arch", arch, "--task", "translation"]
+    return options.parse_args_and_arch(parser, argv + list(extra))
+
+
+@pytest.mark.parametrize(
+    "arch, argv, message",
+    [
+        ("luong_tiny", ["--attention-score", "cosine"], "argument --attention-score: invalid choice: 'cosine' (choose from 'dot', 'general', 'concat', 'location')"),
+        ("luong_tiny", ["--attention-window", "local"], "argument --attention-window: invalid choice: 'local' (choose from 'none', 'global', 'local-m', 'local-p')"),
+        ("bahdanau_tiny", ["--attention", "dot"], "argument --attention: invalid choice: 'dot' (choose from 'additive', 'none')"),
+        ("luong_huge", [], "argument --arch/-a: invalid choice: 'luong_huge' (choose from"),
+    ],
+)
+def test_unknown_choice_on_the_command_line(arch, argv, message, capsys):
+    with pytest.raises(SystemExit):
+        parse(arch, *argv)
+    err = capsys.readouterr().err
+    assert message in err
+    if arch == "luong_huge":  # the list of choices names every registered arch
+        assert all(name in err for name in list(luong.ARCHS) + list(bahdanau.ARCHS))
+
+
+@pytest.mark.parametrize(
+    "arch, overrides, message",
+    [
+        ("luong_tiny", dict(attention_score="cosine"), "--attention-score: unknown value 'cosine'; allowed values: concat, dot, general, location"),
+        ("luong_tiny", dict(attention_window="local"), "--attention-window: unknown value 'local'; allowed values: global, local-m, local-p"),
+        ("bahdanau_tiny", dict(attention="dot"), "--attention: unknown value 'dot'; allowed values: additive, none"),
+        ("bahdanau_tiny", dict(readout_state="next"), "--readout-state: unknown value 'next'; allowed values: current, previous"),
+    ],
+)
+def test_unknown_choice_past_the_parser(arch, overrides, message):
+    """--model-overrides and configs reach build_model without argparse's check."""
+    with pytest.raises(OptionError) as err:
+        build(arch, **overrides)
+    assert message in str(err.value)
+
+
+# -- window sizes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", ["local-m", "local-p"])
+@pytest.mark.parametrize("size", [0, -3])
+def test_window_size_must_be_positive(window, size):
+    with pytest.raises(OptionError) as err:
+        build(attention_window=window, window_size=size)
+    assert str(err.value) == f"--window-size must be a positive integer, got {size}"
+
+
+def _with_weights_of(model, **overrides):
+    """A model of another window holding ``model``'s weights (W_p, v_p dropped)."""
+    other = build(**overrides)
+    state = {k: v for k, v in model.state_dict().items() if k in other.state_dict()}
+    other.load_state_dict(state)
+    return other
+
+
+@pytest.mark.parametrize("score", list(SCORES))
+@pytest.mark.parametrize("feed", [True, False])
+def test_local_m_window_wider_than_the_source_is_global_attention(score, feed):
+    """With D >= S_b - 1 every position of the sentence lies within D of p_t =
+    min(t, S_b - 1) and the prior is 1: local-m is global attention exactly."""
+    lengths = [9, 4, 1]
+    base = dict(attention_score=score, input_feeding=feed)
+    glob = build(attention_window="global", **base)
+    src, lens = random_batch(glob.encoder.dictionary, lengths)
+    prev = random_prev_output(glob.decoder.dictionary, 3, 12)  # T > S_b: p_t clipped
+    expected, extra = glob(src, lens, prev)
+    for size in (max(lengths) - 1, max(lengths), 1000):
+        local = _with_weights_of(glob, attention_window="local-m", window_size=size, **base)
+        out, local_extra = local(src, lens, prev)
+        torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(local_extra["attn"][0], extra["attn"][0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("score", list(SCORES))
+def test_local_p_window_wider_than_the_source_is_global_times_the_gaussian(score):
+    """With D >= S_b nothing is cut, so eq. (10) is the global alignment times
+    exp(-(s - p_t)² / 2σ²), σ = D/2, on every true position. Without input feeding
+    h_t does not depend on attention, so both models see the same queries."""
+    size = 50
+    base = dict(attention_score=score, input_feeding=False, reverse_source=False)
+    local = build(attention_window="local-p", window_size=size, **base)
+    glob = _with_weights_of(local, attention_window="global", **base)
+    src, lens = random_batch(local.encoder.dictionary, [9, 4, 1], left_pad=False)
+    prev = random_prev_output(local.decoder.dictionary, 3, 6)
+    _, extra = local(src, lens, prev)
+    _, global_extra = glob(src, lens, prev)
+    p_t = extra["p_t"][0]  # B x T
+    s = torch.arange(src.size(1)).float()  # right-padded: column = true position
+    gaussian = torch.exp(-((s - p_t.unsqueeze(-1)) ** 2) / (2 * (size / 2) ** 2))
+    expected = global_extra["attn"][0] * gaussian  # zero on padding already
+    torch.testing.assert_close(extra["attn"][0], expected, atol=1e-6, rtol=0)
+    assert (extra["attn"][0] > 0).sum() == (global_extra["attn"][0] > 0).sum()
+
+
+def test_local_p_window_far_wider_than_the_source_tends_to_global():
+    """σ = D/2 -> ∞ flattens the Gaussian to 1 (here 1 - 2e-8 at worst)."""
+    local = build(attention_window="local-p", window_size=100_000)
+    glob = _with_weights_of(local, attention_window="global")
+    src, lens = random_batch(local.encoder.dictionary, [9, 4, 1])
+    prev = random_prev_output(local.decoder.dictionary, 3, 6)
+    torch.testing.assert_close(local(src, lens, prev)[0], glob(src, lens, prev)[0], atol=1e-5, rtol=0)
+
+
+# -- source lengths -------------------------------------------------------------------
+
+
+def test_location_score_past_its_maximum():
+    """Only the location score has a length limit of its own (one row of W_a per
+    position): the model reports it, so fairseq filters longer sources, and a
+    longer source handed to the model directly stops naming the option."""
+    model = build(attention_window="local-p", attention_score="location", max_source_positions=8)
+    assert model.max_positions() == (8, 1024)
+    src, lens = random_batch(model.encoder.dictionary, [9, 4])
+    prev = random_prev_output(model.decoder.dictionary, 2, 3)
+    with pytest.raises(OptionError, match="source length 9 exceeds --max-source-positions 8"):
+        model(src, lens, prev)
+    for arch, kw in variants():
+        if kw.get("attention_score") != "location":
+            assert build(arch, max_source_positions=8, **kw).max_positions() == (None, 1024)
+
+
+@pytest.mark.parametrize("variant", variants(), ids=variant_id)
+def test_one_token_sources(variant):
+    """An empty line reaches the model as the one-token source </s>: finite
+    scores, the attention of a one-token sentence on its only position, zero on
+    padding, in a batch, alone, and through beam search."""
+    arch, kw = variant
+    model = build(arch, **kw)
+    d = model.encoder.dictionary
+    for left_pad in (True, False):
+        src, lens = random_batch(d, [1, 6, 1], left_pad=left_pad)
+        prev = random_prev_output(model.decoder.dictionary, 3, 8)
+        out, extra = model(src, lens, prev)
+        assert torch.isfinite(out).all()
+        attn = extra["attn"][0]
+        if attn is None:
+            continue
+        real = src.ne(d.pad()).unsqueeze(1).expand_as(attn)
+        assert torch.isfinite(attn).all() and attn[~real].abs().max() == 0
+        one = attn[[0, 2]][real[[0, 2]]]  # the one-token rows, their only column
+        if kw.get("attention_window") in ("global", "local-m", None):
+            torch.testing.assert_close(one, torch.ones_like(one), atol=1e-6, rtol=0)
+        else:  # local-p: the Gaussian at p_t in [0, 1] (eq. 10), not renormalised
+            p_t = extra["p_t"][0][[0, 2]].flatten()
+            torch.testing.assert_close(one, torch.exp(-(p_t**2) / (2 * 1.5**2)), atol=1e-6, rtol=0)
+    generator = SequenceGenerator([model], model.decoder.dictionary, beam_size=3, max_len_b=5)
+    src, lens = random_batch(d, [1, 1])
+    hyps = generator.generate([model], {"net_input": {"src_tokens": src, "src_lengths": lens}})
+    assert all(torch.isfinite(h["positional_scores"]).all() for beam in hyps for h in beam)
+
+
+@pytest.mark.parametrize("arch", ["luong_tiny", "bahdanau_tiny"])
+def test_a_source_without_any_token_is_refused(arch):
+    model = build(arch)
+    d = model.encoder.dictionary
+    src, lens = random_batch(d, [4, 1])
+    src[1] = d.pad()  # not even </s>
+    with pytest.raises(ValueError, match=r"src_tokens rows \[1\] .* hold no token: every source "
+                       "needs at least its end-of-sentence symbol '</s>'"):
+        model(src, lens, random_prev_output(model.decoder.dictionary, 2, 3))
+
+
+# -- sizes that cannot fit ----------------------------------------------------------------
+
+LUONG_SIZES = ["encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
+               "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim",
+               "max_source_positions", "max_target_positions"]
+BAHDANAU_SIZES = ["encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
+                  "decoder_hidden_size", "attention_dim", "maxout_dim", "maxout_pool",
+                  "max_source_positions", "max_target_positions"]
+
+
+@pytest.mark.parametrize(
+    "arch, option",
+    [("luong_tiny", o) for o in LUONG_SIZES] + [("bahdanau_tiny", o) for o in BAHDANAU_SIZES],
+)
+@pytest.mark.parametrize("value", [0, -1])
+def test_sizes_must_be_positive(arch, option, value):
+    with pytest.raises(OptionError) as err:
+        build(arch, **{option: value})
+    flag = "--" + option.replace("_", "-")
+    assert str(err.value) == f"{flag} must be a positive integer, got {value}"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(encoder_hidden_size=32), "the decoder starts from the encoder's final states, so --encoder-hidden-size (32) must equal --decoder-hidden-size (24)"),
+        (dict(decoder_layers=3), "--encoder-layers (2) must equal --decoder-layers (3)"),
+        (dict(share_decoder_input_output_embed=True), "--share-decoder-input-output-embed needs --decoder-out-embed-dim (20) == --decoder-embed-dim (16)"),
+        (dict(attention_window="none", input_feeding=False), "with --attention-window none the output layer reads h_t, so --decoder-out-embed-dim (20) must equal --decoder-hidden-size (24)"),
+    ],
+)
+def test_luong_sizes_that_cannot_fit(overrides, message):
+    with pytest.raises(OptionError) as err:
+        build("luong_tiny", **overrides)
+    assert message in str(err.value)
+    fixed = {"decoder_out_embed_dim": 16} if "share_decoder_input_output_embed" in overrides else {}
+    if fixed:  # the sizes the message asks for do fit
+        build("luong_tiny", **overrides, **fixed)
+
+
+def test_dot_score_with_different_sizes():
+    with pytest.raises(OptionError, match="--attention-score dot needs the decoder and encoder "
+                       "hidden sizes to match, got decoder 24 and encoder 32; use 'general'"):
+        build_score("dot", 24, 32)
+
+
+# -- checkpoints loaded into another architecture ------------------------------------------
+
+
+def mismatch(saved, loading):
+    with pytest.raises(CheckpointMismatchError) as err:
+        loading.load_state_dict(saved.state_dict())
+    message = str(err.value)
+    assert len(message.splitlines()) <= 10  # not torch's dump of every key
+    return message
+
+
+@pytest.mark.parametrize(
+    "saved, loading, lines",
+    [
+        (dict(attention_window="local-p"), dict(attention_window="global"),
+         ["--attention-window: checkpoint local-p, model global or local-m",
+          "parameters only in the checkpoint: decoder.attention.window.W_p.weight, decoder.attention.window.v_p.weight"]),
+        (dict(attention_window="global"), dict(attention_window="local-p"),
+         ["--attention-window: checkpoint global or local-m, model local-p"]),
+        (dict(attention_score="general"), dict(attention_score="concat"),
+         ["--attention-score: checkpoint general, model concat"]),
+        (dict(attention_score="dot"), dict(attention_score="location"),
+         ["--attention-score: checkpoint dot, model location (--max-source-positions 1024)"]),
+        (dict(encoder_layers=3, decoder_layers=3), dict(),
+         ["--encoder-layers: checkpoint 3, model 2", "--decoder-layers: checkpoint 3, model 2"]),
+        (dict(encoder_hidden_size=32, decoder_hidden_size=32), dict(),
+         ["--encoder-hidden-size: checkpoint 32, model 24", "encoder.lstm.weight_hh_l0: checkpoint [128, 32], model [96, 24]"]),
+        (dict(), dict(input_feeding=False), ["--input-feeding: checkpoint on, model off"]),
+        (dict(n_symbols=30), dict(), ["source dictionary size: checkpoint 34, model 24", "dict.*.txt"]),
+    ],
+)
+def test_luong_checkpoint_of_another_variant_names_the_options(saved, loading, lines):
+    message = mismatch(build(**saved), build(**loading))
+    assert message.startswith("the checkpoint does not fit this luong model:")
+    assert all(line in message for line in lines), message
+    assert "--model-overrides" in message
+
+
+@pytest.mark.parametrize(
+    "saved, loading, lines",
+    [
+        (dict(attention="additive"), dict(attention="none"), ["--attention: checkpoint additive, model none"]),
+        (dict(maxout_dim=6), dict(), ["--maxout-dim: checkpoint 6, model 12"]),
+        (dict(attention_dim=8), dict(), ["--attention-dim: checkpoint 8, model 20"]),
+    ],
+)
+def test_bahdanau_checkpoint_of_another_variant_names_the_options(saved, loading, lines):
+    message = mismatch(build("bahdanau_tiny", **saved), build("bahdanau_tiny", **loading))
+    assert all(line in message for line in lines), message
+
+
+def test_checkpoint_of_the_other_model_is_named():
+    luong_model, bahdanau_model = build("luong_tiny"), build("bahdanau_tiny")
+    message = mismatch(luong_model, bahdanau_model)
+    assert message.startswith("the checkpoint holds a luong model, not a bahdanau model")
+    message = mismatch(bahdanau_model, luong_model)
+    assert message.startswith("the checkpoint holds a bahdanau model, not a luong model")
+
+
+@pytest.mark.parametrize("variant", variants(), ids=variant_id)
+def test_a_checkpoint_of_the_same_variant_loads(variant):
+    arch, kw = variant
+    saved, loading = build(arch, **kw), build(arch, **kw)
+    loading.load_state_dict(saved.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(saved.parameters(), loading.parameters()))
+    partial = {k: v for k, v in saved.state_dict().items() if "embed_tokens" not in k}
+    loading.load_state_dict(partial, strict=False)  # strict=False is left alone
+
+
+# -- through the command-line tools -------------------------------------------------------
+
+
+def cli(tool, *argv, stdin=b""):
+    """Run fairseq_cli.<tool> in this process; returns what it printed.
+
+    stdin is decoded as Python decodes a real one under the C and C.UTF-8
+    locales: invalid bytes become surrogates (``surrogateescape``)."""
+    module = importlib.import_module(f"fairseq_cli.{tool}")
+    out = io.StringIO()
+    saved = sys.argv, sys.stdin
+    sys.argv = [f"fairseq-{tool}", *map(str, argv)]
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
+    try:
+        with contextlib.redirect_stdout(out):
+            module.cli_main()
+    finally:
+        sys.argv, sys.stdin = saved
+    return out.getvalue()
+
+
+def rows(output, prefix):
+    return [line.split("\t") for line in output.splitlines() if line.startswith(prefix + "-")]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A raw-text es-en corpus over 30-word vocabularies (no preprocessing needed)."""
+    root = tmp_path_factory.mktemp("raw")
+    rng = random.Random(0)
+    words = {lang: [f"{lang}{i}" for i in range(30)] for lang in ("es", "en")}
+    for lang in words:
+        (root / f"dict.{lang}.txt").write_text("".join(f"{w} 10\n" for w in words[lang]))
+    for split, n in (("train", 40), ("valid", 8), ("test", 8)):
+        lengths = [rng.randint(1, 12) for _ in range(n)]
+        for lang in words:
+            lines = [" ".join(rng.choice(words[lang]) for _ in range(k)) for k in lengths]
+            (root / f"{split}.es-en.{lang}").write_text("\n".join(lines) + "\n")
+    return root
+
+
+MODELS = {
+    "local-p": ("luong_tiny",),
+    "local-m": ("luong_tiny", "--attention-window", "local-m"),
+    "global": ("luong_tiny", "--attention-window", "global"),
+    "location": ("luong_tiny", "--attention-window", "global", "--attention-score", "location"),
+    "rnnsearch": ("bahdanau_tiny",),
+}
+
+
+def train(data, save_dir, arch, *extra, updates=3):
+    return cli(
+        "train", data, "--user-dir", USER_DIR, "--arch", arch, *extra, "--dataset-impl", "raw",
+        "--optimizer", "adam", "--lr", "0.01", "--max-tokens", "500", "--max-update", updates,
+        "--save-dir", save_dir, "--no-epoch-checkpoints", "--num-workers", "0",
+        "--no-progress-bar", "--disable-validation", "--seed", "1",
+    )
+
+
+@pytest.fixture(scope="module")
+def checkpoints(data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("checkpoints")
+    paths = {}
+    for name, (arch, *extra) in MODELS.items():
+        train(data, root / name, arch, *extra)
+        paths[name] = root / name / "checkpoint_last.pt"
+    return paths
+
+
+def interactive(data, checkpoint, *extra, stdin):
+    return cli(
+        "interactive", data, "--user-dir", USER_DIR, "--path", checkpoint, "--source-lang", "es",
+        "--target-lang", "en", "--beam", "3", "--max-len-b", "6", *extra, stdin=stdin,
+    )
+
+
+LONG_LINE = b" ".join([b"es1", b"es2"] * 1000)  # 2,000 tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["local-p", "local-m", "global", "rnnsearch"])
+def test_interactive_odd_lines(data, checkpoints, model):
+    """Empty lines, a one-word line, unknown words, invalid UTF-8 and a 2,000-token
+    line (allowed by --max-source-positions) all translate, with finite scores;
+    unknown words and undecodable bytes read as <unk>."""
+    lines = [b"", b"es3", b"", b"zzz es4 \xe6\xbc\xa2\xe5\xad\x97", b"es5 \xff\xfe es6", LONG_LINE]
+    out = interactive(data, checkpoints[model], "--max-source-positions", "3000",
+                      stdin=b"\n".join(lines) + b"\n")
+    sources, hyps, scores = rows(out, "S"), rows(out, "H"), rows(out, "P")
+    assert len(hyps) == len(lines)
+    assert [s[1].split() for s in sources[:5]] == [
+        [], ["es3"], [], ["<unk>", "es4", "<unk>"], ["es5", "<unk>", "es6"]
+    ]
+    assert len(sources[5][1].split()) == 2000  # not truncated
+    for row in scores:
+        assert all(torch.isfinite(torch.tensor(float(p))) for p in row[1].split())
+
+
+@pytest.mark.slow
+def test_source_longer_than_max_source_positions(data, checkpoints, caplog):
+    """fairseq refuses a source longer than --max-source-positions, naming
+    --skip-invalid-size-inputs-valid-test and the limit; the recurrent models set
+    no limit of their own, so raising --max-source-positions is enough (the
+    location score keeps its own, it has no weights for more positions)."""
+    with pytest.raises(Exception, match=r"Size of sample #0 is invalid \(=\(2001, 0\)\) since "
+                       r"max_positions=\(1024, 1024\), skip this example with "
+                       "--skip-invalid-size-inputs-valid-test"):
+        interactive(data, checkpoints["local-p"], stdin=LONG_LINE + b"\n")
+    with pytest.raises(Exception, match=r"max_positions=\(1024, 1024\)"):
+        interactive(data, checkpoints["location"], "--max-source-positions", "3000",
+                    stdin=LONG_LINE + b"\n")
+    # skipping is announced, never silent, and the other lines are translated
+    out = interactive(data, checkpoints["rnnsearch"], "--skip-invalid-size-inputs-valid-test",
+                      stdin=b"es1 es2\n" + LONG_LINE + b"\nes3\n")
+    assert [row[0] for row in rows(out, "H")] == ["H-0", "H-2"]
+    assert "1 samples have invalid sizes and will be skipped" in caplog.text
+    generate = ("generate", data, "--user-dir", USER_DIR, "--path", checkpoints["global"],
+                "--dataset-impl", "raw", "--gen-subset", "test", "--beam", "2",
+                "--max-len-b", "4", "--required-batch-size-multiple", "1")
+    with pytest.raises(Exception, match="skip this example with --skip-invalid-size-inputs"):
+        cli(*generate, "--max-source-positions", "5")
+    assert len(rows(cli(*generate, "--max-source-positions", "50"), "H")) == 8
+
+
+@pytest.mark.slow
+def test_invalid_utf8_under_strict_decoding_names_the_byte(data, checkpoints, tmp_path):
+    """Where Python decodes strictly (a --input file; stdin under a UTF-8 locale
+    other than C.UTF-8) fairseq stops at the first undecodable byte, naming it."""
+    path = tmp_path / "input.es"
+    path.write_bytes(b"es5 \xff es6\n")
+    message = r"'utf-8' codec can't decode byte 0xff in position 4: invalid start byte"
+    with pytest.raises(UnicodeDecodeError, match=message):
+        interactive(data, checkpoints["local-p"], "--input", path, stdin=b"")
+
+
+@pytest.mark.slow
+def test_generate_with_overrides_the_checkpoint_cannot_take(data, checkpoints):
+    with pytest.raises(CheckpointMismatchError) as err:
+        cli("generate", data, "--user-dir", USER_DIR, "--path", checkpoints["local-p"],
+            "--dataset-impl", "raw", "--gen-subset", "test", "--required-batch-size-multiple", "1",
+            "--model-overrides", "{'attention_window': 'global'}")
+    assert "--attention-window: checkpoint local-p, model global or local-m" in str(err.value)
+    # an override that keeps the parameters is the user's to make: it loads and decodes
+    out = cli("generate", data, "--user-dir", USER_DIR, "--path", checkpoints["global"],
+              "--dataset-impl", "raw", "--gen-subset", "test", "--required-batch-size-multiple",
+              "1", "--max-len-b", "4", "--model-overrides", "{'attention_window': 'local-m'}")
+    assert len(rows(out, "H")) == 8
+
+
+@pytest.mark.slow
+def test_restore_file_of_another_model(data, checkpoints, tmp_path):
+    """fairseq-train wraps the load error in its own; ours is the cause it shows."""
+    with pytest.raises(Exception, match="Cannot load model parameters") as err:
+        train(data, tmp_path, "bahdanau_tiny", "--restore-file", checkpoints["local-p"])
+    cause = err.value.__context__
+    assert isinstance(cause, CheckpointMismatchError)
+    assert str(cause).startswith("the checkpoint holds a luong model, not a bahdanau model")
