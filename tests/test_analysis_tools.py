@@ -284,17 +284,7 @@ def test_unk_dictionary_takes_the_most_frequent_aligned_word():
 
 # ---- on a tiny real-text model (fairseq entry points) ---------------------
 
-from test_end_to_end import (  # noqa: E402
-    ALL_SENTENCES,
-    USER_DIR,
-    bible,
-    fairseq,
-    parse,
-    train,
-    word_level,
-)
-
-assert bible and word_level  # session fixtures, used by name below
+from conftest import ALL_SENTENCES, USER_DIR, fairseq, parse, train  # noqa: E402
 
 MODELS = {
     "local-p": ("luong_tiny", "--attention-window", "local-p"),

@@ -26,7 +26,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import REPO, VENV_BIN, build, random_batch, random_prev_output
-from test_end_to_end import USER_DIR, bible  # noqa: F401  (session fixture)
+from conftest import USER_DIR
 from test_resume import load, max_difference, train_meters
 
 from luong_plugin.modules.scores import SCORES

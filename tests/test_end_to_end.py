@@ -4,61 +4,15 @@ fairseq-preprocess (recipe) -> fairseq-train -> fairseq-generate (--print-alignm
 
 import os
 import re
-import subprocess
 
 import pytest
 import torch
-from conftest import REPO, VENV_BIN
+from conftest import ALL_SENTENCES, REPO, USER_DIR, fairseq, parse, train  # noqa: F401
 
 pytestmark = pytest.mark.slow
-USER_DIR = os.path.join(REPO, "luong_plugin")
 WINDOWS = ["global", "local-m", "local-p"]
 MODELS = {window: ("luong_tiny", "--attention-window", window) for window in WINDOWS}
 MODELS["rnnsearch"] = ("bahdanau_tiny",)
-# fairseq drops a last batch smaller than --required-batch-size-multiple (default 8)
-# when it builds batches, so without this flag a test set loses sentences (fairseq
-# issue #5036); every generation command in this project passes it.
-ALL_SENTENCES = ("--required-batch-size-multiple", "1")
-
-
-def fairseq(tool, *args, input=None):
-    cmd = [os.path.join(VENV_BIN, tool), *map(str, args)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, input=input, env=env, cwd=REPO)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout + proc.stderr
-
-
-def train(data, save_dir, *extra, arch="luong_tiny", updates=30):
-    return fairseq(
-        "fairseq-train", data, "--user-dir", USER_DIR, "--arch", arch,
-        "--optimizer", "adam", "--lr", "0.01", "--max-tokens", "2000",
-        "--max-update", updates, "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--seed", "1", "--num-workers", "0", "--no-progress-bar", "--log-format", "simple",
-        *extra,
-    )
-
-
-def parse(output, prefix):
-    """{sentence id: text} for lines like 'H-12\\t-0.3\\ttext'."""
-    rows = {}
-    for line in output.splitlines():
-        if line.startswith(prefix + "-"):
-            head, *rest = line.split("\t")
-            rows[int(head[len(prefix) + 1:])] = rest[-1] if rest else ""
-    return rows
-
-
-@pytest.fixture(scope="session")
-def bible(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bible")
-    subprocess.run(
-        ["bash", "recipes/bible_es_en/prepare.sh", "--out", out, "--vocab", "1000",
-         "--max-train", "2000", "--valid", "60", "--test", "30"],
-        cwd=REPO, check=True, capture_output=True,
-        env=dict(os.environ, PYTHON=os.path.join(VENV_BIN, "python")),
-    )
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -180,20 +134,6 @@ def test_hydra_train_checkpoint_generates_and_resumes(bible, tmp_path):
         updates=12,
     )
     assert "Loaded checkpoint" in log and re.search(r"num_updates 12\b", log)
-
-
-@pytest.fixture(scope="session")
-def word_level(bible, tmp_path_factory):
-    """A word-level vocabulary small enough that outputs contain <unk>."""
-    out = tmp_path_factory.mktemp("words")
-    raw = bible / "raw"
-    fairseq(
-        "fairseq-preprocess", "--source-lang", "es", "--target-lang", "en",
-        "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
-        "--nwordssrc", "150", "--nwordstgt", "150", "--destdir", out / "bin", "--workers", "1",
-        "--dataset-impl", "raw",  # --replace-unk reads the original source words
-    )
-    return out
 
 
 def test_replace_unk_copies_the_aligned_source_word(word_level, tmp_path):

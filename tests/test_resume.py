@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import REPO, VENV_BIN
 from fairseq import checkpoint_utils
-from test_end_to_end import USER_DIR, bible  # noqa: F401  (session fixture)
+from conftest import USER_DIR
 
 from luong_plugin.checkpoint_atomic import atomic_copy
 
