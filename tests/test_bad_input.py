@@ -429,7 +429,8 @@ def test_source_longer_than_max_source_positions(data, checkpoints, caplog):
     location score keeps its own, it has no weights for more positions)."""
     with pytest.raises(Exception, match=r"Size of sample #0 is invalid \(=\(2001, 0\)\) since "
                        r"max_positions=\(1024, 1024\), skip this example with "
-                       "--skip-invalid-size-inputs-valid-test"):
+                       "--skip-invalid-size-inputs-valid-test, or raise the limit with "
+                       "--max-source-positions"):
         interactive(data, checkpoints["local-p"], stdin=LONG_LINE + b"\n")
     with pytest.raises(Exception, match=r"max_positions=\(1024, 1024\)"):
         interactive(data, checkpoints["location"], "--max-source-positions", "3000",

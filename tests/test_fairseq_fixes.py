@@ -29,3 +29,29 @@ def test_missing_alignment_is_a_clear_error():
     with pytest.raises(ValueError, match="add --print-alignment"):
         utils.replace_unk("a <unk>", "x y", torch.empty(0), {}, "<unk>")
     assert utils.replace_unk("a b", "x y", torch.empty(0), {}, "<unk>") == "a b"
+
+
+def test_too_long_source_names_the_limits_to_raise():
+    import numpy as np
+    from fairseq.data import LanguagePairDataset
+    from fairseq.tasks.fairseq_task import FairseqTask
+
+    from conftest import make_dictionary
+
+    d = make_dictionary()
+    src = [torch_row(n) for n in (3, 9)]
+    dataset = LanguagePairDataset(src, [len(s) for s in src], d)
+    task = FairseqTask.__new__(FairseqTask)
+    indices = np.arange(2)
+    with pytest.raises(ValueError, match=r"Size of sample #1 .*skip this example with "
+                       r"--skip-invalid-size-inputs-valid-test, or raise the limit with "
+                       r"--max-source-positions"):
+        task.filter_indices_by_size(indices, dataset, max_positions=5)
+    kept = task.filter_indices_by_size(indices, dataset, max_positions=5, ignore_invalid_inputs=True)
+    assert list(kept) == [0]
+
+
+def torch_row(n):
+    import torch
+
+    return torch.arange(4, 4 + n)
