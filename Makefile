@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 SWORD := /usr/share/sword/modules/texts/ztext
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sword test demo clean
+.PHONY: setup sword test demo bench clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ test: setup sword
 # The main job: real Spanish->English text, trained and evaluated on the CPU (~20 min).
 demo: setup sword
 	bash recipes/bible_es_en/demo.sh
+
+# Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
+bench: setup
+	$(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) data data-bin checkpoints runs

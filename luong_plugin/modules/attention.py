@@ -3,8 +3,17 @@
     a_t(s) = softmax_s(score(h_t, h̄_s)) over the window, times the window prior
     c_t    = Σ_s a_t(s) h̄_s
 
+Two implementations of the same weights (windows.py):
+- masked: score every source position, mask what the window excludes, softmax
+  over S. Global attention and short sources take this path.
+- gathered (local windows): gather the 2D + 1 keys of each window, score and
+  softmax only those, and scatter the weights back into the B x T x S map, so a
+  step costs O(D) rather than O(S). Taken when the source is longer than
+  ``GATHER_FROM`` windows; ``masked`` and ``gathered`` can be called directly.
+Either way the returned map covers the whole source, B x T x S.
+
 Shape legend: B batch, T target len, S source len (padded), E encoder dim, H
-decoder hidden.
+decoder hidden, K projected key dim, W window width 2D + 1.
 """
 
 from typing import Dict, Optional, Tuple
@@ -13,24 +22,41 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .scores import build_score
+from .scores import build_score, take_positions
 from .windows import build_window
 
+# gather once the source is this many windows long: below it, a few wasted
+# scores in one batched product cost less than gathering
+GATHER_FROM = 2
 
-def attend(
+
+def attention_weights(
     scores: Tensor,
-    excluded: Tensor,
+    excluded: Optional[Tensor],
     prior: Optional[Tensor],
-    values: Tensor,
     renormalize: bool = False,
-) -> Tuple[Tensor, Tensor]:
-    """The core of every variant as a pure function: mask, softmax, prior, context."""
-    scores = scores.masked_fill(excluded, float("-inf"))  # B x T x S
-    probs = torch.softmax(scores.float(), dim=-1).type_as(scores)  # B x T x S
+) -> Tensor:
+    """Mask, softmax (in fp32 at least) and prior: a_t over the scored positions."""
+    if excluded is not None:
+        scores = scores.masked_fill(excluded, float("-inf"))  # B x T x (S|W)
+    dtype = torch.promote_types(scores.dtype, torch.float32)  # fp16/bf16 -> fp32, fp64 stays
+    probs = torch.softmax(scores, dim=-1, dtype=dtype).type_as(scores)  # B x T x (S|W)
     if prior is not None:
         probs = probs * prior  # eq. (10): Gaussian for local-p
     if renormalize:
         probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def attend(
+    scores: Tensor,
+    excluded: Optional[Tensor],
+    prior: Optional[Tensor],
+    values: Tensor,
+    renormalize: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """The core of every masked variant as a pure function: mask, softmax, prior, context."""
+    probs = attention_weights(scores, excluded, prior, renormalize)  # B x T x S
     context = torch.bmm(probs, values)  # B x T x E: c_t
     return context, probs
 
@@ -65,14 +91,35 @@ class LuongAttention(nn.Module):
     def forward(
         self,
         query: Tensor,  # B x T x H: h_t
-        proj_keys: Tensor,  # B x S x K, from precompute()
+        proj_keys: Tensor,  # from precompute()
         values: Tensor,  # B x S x E: h̄_s
         src_pad_mask: Tensor,  # B x S, True on padding (true order)
         src_lengths: Tensor,  # B: S_b
         steps: Tensor,  # T: 0-based target positions t
     ) -> Tuple[Tensor, Tensor, Dict[str, Tensor]]:
+        args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
+        if self.window.span is not None and values.size(1) >= GATHER_FROM * self.window.width:
+            return self.gathered(*args)
+        return self.masked(*args)
+
+    def masked(self, query, proj_keys, values, src_pad_mask, src_lengths, steps):
+        """Score all S positions, exclude padding and what the window leaves out."""
         scores = self.score(query, proj_keys)  # B x T x S
-        outside, prior, extras = self.window(query, steps, src_lengths, values.size(1))
-        excluded = src_pad_mask.unsqueeze(1) | outside  # B x T x S
+        outside, prior, extras = self.window.mask(query, steps, src_lengths, values.size(1))
+        excluded = src_pad_mask.unsqueeze(1)  # B x 1 x S
+        if outside is not None:
+            excluded = excluded | outside  # B x T x S
         context, probs = attend(scores, excluded, prior, values, self.window.renormalize)
         return context, probs, extras
+
+    def gathered(self, query, proj_keys, values, src_pad_mask, src_lengths, steps):
+        """Score only the window's W positions; scatter the weights into B x T x S."""
+        B, T, S = query.size(0), query.size(1), values.size(1)
+        index, outside, prior, extras = self.window.span(query, steps, src_lengths, S)
+        scores = self.score(query, proj_keys, index)  # B x T x W
+        probs = attention_weights(scores, outside, prior, self.window.renormalize)
+        window_values = take_positions(values, index)  # B x T x W x E
+        context = (probs.unsqueeze(-1) * window_values).sum(2)  # B x T x E: c_t
+        # clamped copies of an edge position carry weight 0: adding keeps the true one
+        full = probs.new_zeros(B, T, S).scatter_add(2, index, probs)  # B x T x S
+        return context, full, extras

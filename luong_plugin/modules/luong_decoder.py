@@ -8,9 +8,18 @@
 Without attention (the paper's "Base", ``attention=None``): p(y_t) = softmax(W_s h_t).
 
 The decoder starts from the encoder's final (h, c) of every layer and h̃_0 = 0.
-With input feeding the LSTM must run step by step; without it nothing depends
-on the previous step's attention, so the LSTM runs over the whole target at
-once and attention for all steps is one batched product.
+
+Two paths compute the same function:
+- without input feeding nothing depends on the previous step's attention, so
+  the LSTM (``nn.LSTM``, fused) runs over the whole target at once and
+  attention for all steps is one batched product;
+- with input feeding the LSTM must run step by step. The embedding half of
+  layer 0's input gates, W_x y_{t-1} + b for every t, is one GEMM before the
+  loop; each step multiplies only [h̃_{t-1}; h_{t-1}] by the recurrent half of
+  the weights (``lstm_step``). The weights are ``nn.LSTM``'s own parameters,
+  sliced and concatenated once per call.
+``step_by_step=True`` runs the input-feeding loop without the feed (h̃ is not
+fed back): the per-step path of a no-feed model, to test and time the fused one.
 
 Dropout (``--dropout``): on the embeddings, between stacked layers, and on h̃_t
 before W_s; the input feed carries h̃_t itself.
@@ -26,16 +35,31 @@ Shape legend: B batch, T target len, S source len (padded), C embedding dim,
 E encoder dim, H decoder hidden, O attentional hidden (h̃) dim, V vocab, L layers.
 """
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
 from .attention import LuongAttention
 from .incremental import CachedStateDecoder
 from .source import attention_to_src_layout
 
+
+def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight_t: Tensor):
+    """One LSTM cell step, torch's gate order i, f, g, o.
+
+    ``gates_in`` (B x 4H) holds the part of W_ih x + b_ih + b_hh computed ahead
+    of the loop; ``inputs`` (B x I) are the step's remaining inputs, h_{t-1}
+    last, and ``weight_t`` (I x 4H) their weights, transposed.
+        c_t = σ(f) ∘ c_{t-1} + σ(i) ∘ tanh(g),   h_t = σ(o) ∘ tanh(c_t)
+    """
+    gates = torch.addmm(gates_in, inputs, weight_t)  # B x 4H
+    i, f, g, o = gates.chunk(4, dim=1)  # B x H each
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # B x H: c_t
+    h = torch.sigmoid(o) * torch.tanh(c)  # B x H: h_t
+    return h, c
 
 
 class LuongDecoder(CachedStateDecoder):
@@ -62,6 +86,7 @@ class LuongDecoder(CachedStateDecoder):
         self.out_embed_dim = out_embed_dim
         self.max_target_positions = max_target_positions
         self.need_attn = True
+        self.step_by_step = False  # True: the per-step path even without input feeding
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, dictionary.pad())
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(
@@ -113,22 +138,10 @@ class LuongDecoder(CachedStateDecoder):
         steps = torch.arange(start, start + T, device=prev_output_tokens.device)  # T
         x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x C
 
-        if self.input_feeding:
-            attn_vecs, probs, centers = [], [], []
-            hidden, cell, input_feed = state["hidden"], state["cell"], state["input_feed"]
-            for t in range(T):
-                rnn_in = torch.cat([x[:, t : t + 1], input_feed.unsqueeze(1)], dim=-1)
-                query, (hidden, cell) = self.lstm(rnn_in, (hidden, cell))  # B x 1 x H
-                attn_vec, prob, center = self._attend(
-                    query, state["proj_keys"], encoder_out, steps[t : t + 1]
-                )
-                input_feed = attn_vec.squeeze(1)  # B x O: h̃_t
-                attn_vecs.append(attn_vec)
-                probs.append(prob)
-                centers.append(center)
-            attn_vec = torch.cat(attn_vecs, dim=1)  # B x T x O
-            prob = torch.cat(probs, dim=1)  # B x T x S
-            center = None if centers[0] is None else torch.cat(centers, dim=1)  # B x T
+        if self.input_feeding or self.step_by_step:
+            attn_vec, prob, center, hidden, cell, input_feed = self._step_loop(
+                x, state, encoder_out, steps
+            )
         else:
             query, (hidden, cell) = self.lstm(x, (state["hidden"], state["cell"]))
             attn_vec, prob, center = self._attend(
@@ -144,6 +157,59 @@ class LuongDecoder(CachedStateDecoder):
         if prob is not None and self.need_attn:
             extra["attn"] = [attention_to_src_layout(prob, encoder_out["src_order"])]
         return self.dropout(attn_vec), extra
+
+    def _step_loop(self, x: Tensor, state: Dict[str, Tensor], encoder_out, steps: Tensor):
+        """The per-step path: h_t, then a_t, c_t and h̃_t, one target step at a time;
+        h̃_t is fed to step t + 1 with input feeding (§3.3)."""
+        lstm, C = self.lstm, x.size(-1)
+        layers = self._step_weights(C)
+        # layer 0's input gates from y_{t-1}, all steps in one GEMM; unbind, not
+        # slicing per step: one backward node instead of a B x T x 4H zero-fill per step
+        gates_x = F.linear(x, lstm.weight_ih_l0[:, :C], layers[0][1])  # B x T x 4H
+        gates_x = gates_x.unbind(1)  # T x [B x 4H]
+        hiddens = list(state["hidden"].unbind(0))  # L x [B x H]
+        cells = list(state["cell"].unbind(0))
+        input_feed = state["input_feed"]  # B x O: h̃_{t-1}
+        between = lstm.dropout if self.training else 0.0
+        attn_vecs, probs, centers = [], [], []
+        for t in range(x.size(1)):
+            gates_in, below = gates_x[t], None
+            for k, (weight_t, bias) in enumerate(layers):
+                if k == 0:
+                    inputs = [input_feed, hiddens[0]] if self.input_feeding else [hiddens[0]]
+                else:
+                    gates_in = bias.expand(below.size(0), -1)  # B x 4H
+                    inputs = [F.dropout(below, between, self.training), hiddens[k]]
+                hiddens[k], cells[k] = lstm_step(
+                    gates_in, torch.cat(inputs, dim=1), hiddens[k], cells[k], weight_t
+                )
+                below = hiddens[k]
+            attn_vec, prob, center = self._attend(
+                below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1]
+            )  # B x 1 x O, B x 1 x S, B x 1
+            if self.input_feeding:
+                input_feed = attn_vec.squeeze(1)  # B x O: h̃_t
+            attn_vecs.append(attn_vec)
+            probs.append(prob)
+            centers.append(center)
+        attn_vec = torch.cat(attn_vecs, dim=1)  # B x T x O
+        prob = None if probs[0] is None else torch.cat(probs, dim=1)  # B x T x S
+        center = None if centers[0] is None else torch.cat(centers, dim=1)  # B x T
+        hidden, cell = torch.stack(hiddens), torch.stack(cells)  # L x B x H
+        return attn_vec, prob, center, hidden, cell, input_feed
+
+    def _step_weights(self, embed_dim: int) -> List[Tuple[Tensor, Tensor]]:
+        """Per layer, the recurrent inputs' weights transposed (layer 0: [W_feed; W_hh],
+        layer k > 0: [W_ih; W_hh]) and the summed biases b_ih + b_hh."""
+        lstm, layers = self.lstm, []
+        for k in range(lstm.num_layers):
+            w_ih, w_hh = getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}")
+            if k == 0:
+                w_ih = w_ih[:, embed_dim:]  # W_feed (empty without input feeding)
+            weight_t = torch.cat([w_ih, w_hh], dim=1).t()  # I x 4H
+            bias = getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}")  # 4H
+            layers.append((weight_t, bias))
+        return layers
 
     def _attend(
         self, query: Tensor, proj_keys: Optional[Tensor], encoder_out, steps: Tensor

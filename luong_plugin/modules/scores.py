@@ -12,9 +12,16 @@ e_ij = v_aᵀ tanh(W_a s_{i-1} + U_a h_j) (Appendix A.2.2): splitting W_a over
 Scores are stateless: ``precompute(keys)`` projects the encoder states once per
 sentence and the caller passes the result back in at every step.
 
+``forward(query, proj_keys)`` scores every source position (B x T x S);
+``forward(query, proj_keys, index)`` only the positions ``index`` (B x T x W,
+a local window's 2D + 1 positions, see windows.py), B x T x W.
+
 Shape legend: B batch, T target len, S source len (padded), E key dim (encoder
-output), H query dim (decoder hidden), A concat/additive hidden dim.
+output), H query dim (decoder hidden), A concat/additive hidden dim, W window
+width (2D + 1).
 """
+
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -23,7 +30,31 @@ from torch import Tensor
 from .options import OptionError, lookup
 
 
-class DotScore(nn.Module):
+def take_positions(x: Tensor, index: Tensor) -> Tensor:
+    """x[b, index[b, t, w]] for a B x S x K tensor and a B x T x W index: B x T x W x K.
+
+    Whole rows by ``index_select`` on the flattened B·S x K rows (a gather per
+    element costs ~10x more)."""
+    B, S, K = x.shape
+    offsets = torch.arange(B, device=index.device).view(B, 1, 1) * S  # B x 1 x 1
+    rows = (index + offsets).reshape(-1)  # B·T·W
+    return x.reshape(B * S, K).index_select(0, rows).view(*index.shape, K)
+
+
+class _BilinearScore(nn.Module):
+    """h_tᵀ k_s for precomputed keys k_s (dot: h̄_s, general: W_a h̄_s)."""
+
+    def precompute(self, keys: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, query: Tensor, proj_keys: Tensor, index: Optional[Tensor] = None):
+        if index is None:
+            return torch.bmm(query, proj_keys.transpose(1, 2))  # B x T x S
+        keys = take_positions(proj_keys, index)  # B x T x W x K
+        return (keys * query.unsqueeze(2)).sum(-1)  # B x T x W
+
+
+class DotScore(_BilinearScore):
     def __init__(self, query_dim: int, key_dim: int, **unused):
         super().__init__()
         if query_dim != key_dim:
@@ -34,22 +65,16 @@ class DotScore(nn.Module):
             )
 
     def precompute(self, keys: Tensor) -> Tensor:
-        return keys  # B x S x E
-
-    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        return torch.bmm(query, proj_keys.transpose(1, 2))  # B x T x S
+        return keys  # B x S x E: h̄_s
 
 
-class GeneralScore(nn.Module):
+class GeneralScore(_BilinearScore):
     def __init__(self, query_dim: int, key_dim: int, **unused):
         super().__init__()
         self.W_a = nn.Linear(key_dim, query_dim, bias=False)
 
     def precompute(self, keys: Tensor) -> Tensor:
         return self.W_a(keys)  # B x S x H: W_a h̄_s
-
-    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        return torch.bmm(query, proj_keys.transpose(1, 2))  # B x T x S
 
 
 class ConcatScore(nn.Module):
@@ -70,11 +95,13 @@ class ConcatScore(nn.Module):
     def precompute(self, keys: Tensor) -> Tensor:
         return self.W_k(keys)  # B x S x A: U_a h_j [+ b_a], once per sentence
 
-    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        hidden = torch.tanh(
-            self.W_q(query).unsqueeze(2) + proj_keys.unsqueeze(1)
-        )  # B x T x S x A
-        return self.v_a(hidden).squeeze(-1)  # B x T x S
+    def forward(self, query: Tensor, proj_keys: Tensor, index: Optional[Tensor] = None):
+        if index is None:
+            keys = proj_keys.unsqueeze(1)  # B x 1 x S x A
+        else:
+            keys = take_positions(proj_keys, index)  # B x T x W x A
+        hidden = torch.tanh(self.W_q(query).unsqueeze(2) + keys)  # B x T x (S|W) x A
+        return self.v_a(hidden).squeeze(-1)  # B x T x (S|W)
 
 
 class LocationScore(nn.Module):
@@ -99,7 +126,7 @@ class LocationScore(nn.Module):
     def precompute(self, keys: Tensor) -> Tensor:
         return keys  # B x S x E, only its length is used
 
-    def forward(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+    def forward(self, query: Tensor, proj_keys: Tensor, index: Optional[Tensor] = None):
         S = proj_keys.size(1)
         if S > self.max_source_positions:
             raise OptionError(
@@ -107,7 +134,8 @@ class LocationScore(nn.Module):
                 f"{self.max_source_positions}, the number of positions the location "
                 "score (--attention-score location) was built for"
             )
-        return self.W_a(query)[:, :, :S]  # B x T x S
+        scores = self.W_a(query)[:, :, :S]  # B x T x S
+        return scores if index is None else scores.gather(2, index)  # B x T x W
 
 
 SCORES = {

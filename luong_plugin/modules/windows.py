@@ -15,11 +15,26 @@ Conventions (true source positions, see source.py):
 - the Gaussian is applied after the softmax and the result is *not*
   renormalised (as in Luong's code); ``renormalize=True`` divides by the sum.
 
-Every window returns the same types: ``outside`` (B x T x S, True where
-excluded), ``prior`` (B x T x S multiplier applied after the softmax) and a dict
-of extras (``p_t``, B x T, for the local windows).
+Every window offers the same two forms, each returning the same types:
 
-Shape legend: B batch, T target len, S source len (padded), H query dim, D window half-width.
+- ``mask(query, steps, src_lengths, src_len)`` -> (outside, prior, extras) over
+  the whole padded source: ``outside`` B x T x S, True where excluded, and
+  ``prior`` B x T x S, the multiplier applied after the softmax; either is
+  None when it is a no-op (global: nothing excluded, no prior; local-m: no
+  prior). This is the plain, masked implementation.
+- ``span(query, steps, src_lengths, src_len)`` -> (index, outside, prior,
+  extras) over the window only: ``index`` B x T x W, the W = 2D + 1 positions
+  p - D .. p + D clamped into the padded source, ``outside`` B x T x W, True
+  where a position lies outside the sentence [0, S_b) (clamped copies
+  included), ``prior`` B x T x W or None. Scores and values are gathered at
+  ``index`` and the weights scattered back into the B x T x S map
+  (attention.py). ``span`` is None for the global window.
+
+``extras`` holds ``p_t`` (B x T) for the local windows. Both forms give the same
+attention weights; the masked one is the test oracle for the gathered one.
+
+Shape legend: B batch, T target len, S source len (padded), H query dim, D window
+half-width, W window width 2D + 1.
 """
 
 import torch
@@ -29,28 +44,20 @@ from torch import Tensor
 from .options import lookup, require_positive
 
 
-def _positions(src_len: int, like: Tensor) -> Tensor:
-    return torch.arange(src_len, device=like.device)  # S
-
-
 class GlobalWindow(nn.Module):
     renormalize = False
+    span = None  # every position: nothing to gather
 
     def __init__(self, query_dim: int, window_size: int = 0, **unused):
         super().__init__()
 
-    def forward(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
-        B, T = query.shape[:2]
-        outside = query.new_zeros((1, 1, 1), dtype=torch.bool).expand(B, T, src_len)
-        prior = query.new_ones((1, 1, 1)).expand(B, T, src_len)
-        return outside, prior, {}
+    def mask(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
+        return None, None, {}  # nothing excluded but padding, no prior
 
 
-def _outside(center: Tensor, positions: Tensor, window_size: int) -> Tensor:
-    return (positions - center.unsqueeze(-1)).abs() > window_size  # B x T x S
+class _LocalWindow(nn.Module):
+    """[p_t - D, p_t + D] around a centre; subclasses give the centre and the prior."""
 
-
-class LocalMonotonicWindow(nn.Module):
     renormalize = False
 
     def __init__(self, query_dim: int, window_size: int = 10, **unused):
@@ -58,35 +65,60 @@ class LocalMonotonicWindow(nn.Module):
         require_positive("--window-size", window_size)
         self.window_size = window_size
 
-    def forward(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
-        center = torch.minimum(
+    @property
+    def width(self) -> int:
+        return 2 * self.window_size + 1  # W
+
+    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
+        """(p_t, B x T, the extras' value; the integer window centre, B x T)."""
+        raise NotImplementedError
+
+    def prior(self, p_t: Tensor, positions: Tensor):
+        return None  # no prior
+
+    def mask(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
+        p_t, mid = self.centre(query, steps, src_lengths)  # B x T
+        positions = torch.arange(src_len, device=query.device)  # S
+        outside = (positions - mid.unsqueeze(-1)).abs() > self.window_size  # B x T x S
+        return outside, self.prior(p_t, positions), {"p_t": p_t}
+
+    def span(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
+        p_t, mid = self.centre(query, steps, src_lengths)  # B x T
+        D = self.window_size
+        offsets = torch.arange(-D, D + 1, device=query.device)  # W
+        positions = mid.unsqueeze(-1) + offsets  # B x T x W
+        lengths = src_lengths.view(-1, 1, 1)  # B x 1 x 1
+        outside = (positions < 0) | (positions >= lengths)  # B x T x W
+        index = positions.clamp(0, src_len - 1)  # B x T x W
+        return index, outside, self.prior(p_t, positions), {"p_t": p_t}
+
+
+class LocalMonotonicWindow(_LocalWindow):
+    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
+        mid = torch.minimum(
             steps.unsqueeze(0), (src_lengths - 1).unsqueeze(1)
         )  # B x T: p_t = t, clipped to the sentence
-        outside = _outside(center, _positions(src_len, query), self.window_size)
-        prior = query.new_ones((1, 1, 1)).expand_as(outside)
-        return outside, prior, {"p_t": center.type_as(query)}
+        return mid.type_as(query), mid
 
 
-class LocalPredictiveWindow(nn.Module):
+class LocalPredictiveWindow(_LocalWindow):
     def __init__(
         self, query_dim: int, window_size: int = 10, renormalize: bool = False, **unused
     ):
-        super().__init__()
-        require_positive("--window-size", window_size)
-        self.window_size = window_size
+        super().__init__(query_dim, window_size)
         self.sigma = window_size / 2.0
         self.renormalize = renormalize
         self.W_p = nn.Linear(query_dim, query_dim, bias=False)
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
-    def forward(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
+    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
         gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
-        center = src_lengths.unsqueeze(1).type_as(query) * gate  # B x T: p_t, eq. (9)
-        positions = _positions(src_len, query)
-        outside = _outside(torch.floor(center + 0.5), positions, self.window_size)
-        distance = positions.type_as(query) - center.unsqueeze(-1)  # B x T x S
-        prior = torch.exp(-distance.pow(2) / (2 * self.sigma**2))  # eq. (10)
-        return outside, prior, {"p_t": center}
+        p_t = src_lengths.unsqueeze(1).type_as(query) * gate  # B x T: eq. (9)
+        return p_t, torch.floor(p_t + 0.5).long()
+
+    def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
+        distance = positions.type_as(p_t) - p_t.unsqueeze(-1)  # B x T x (S|W)
+        return torch.exp(-distance.pow(2) / (2 * self.sigma**2))  # eq. (10)
 
 
 WINDOWS = {
@@ -98,5 +130,3 @@ WINDOWS = {
 
 def build_window(name: str, query_dim: int, **kwargs) -> nn.Module:
     return lookup("--attention-window", WINDOWS, name)(query_dim, **kwargs)
-
-

@@ -1,0 +1,226 @@
+"""Measurements: each returns plain numbers; run.py interleaves and reports them.
+
+Timing rules: every measurement is repeated in rounds, and within a round every
+system runs once, in the same order, on the same batches (so drift on a shared
+machine hits all systems alike); a figure is the median over rounds.
+
+Shape legend: B batch, T target len, S source len, H hidden, E encoder dim,
+C embedding dim, O attentional hidden (h̃) dim, V vocab, L layers, D window
+half-width.
+"""
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Sequence
+
+import torch
+
+
+def median_rounds(jobs: Dict[str, Callable[[], None]], rounds: int, warmup: int = 1):
+    """Seconds per call of each job, median over ``rounds`` interleaved rounds."""
+    for _ in range(warmup):
+        for job in jobs.values():
+            job()
+    times = {name: [] for name in jobs}
+    for _ in range(rounds):
+        for name, job in jobs.items():
+            start = time.perf_counter()
+            job()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}, times
+
+
+# -- GEMM peak -----------------------------------------------------------------
+def gemm_peak(n: int, rounds: int) -> float:
+    """fp32 FLOP/s of torch.matmul on two n x n matrices: the best of ``rounds``
+    (a peak: a busy machine only ever lowers it)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    _, times = median_rounds({"mm": lambda: torch.matmul(a, b)}, rounds, warmup=2)
+    return 2 * n**3 / min(times["mm"])
+
+
+# -- training ------------------------------------------------------------------
+def train_batches(task, max_tokens: int, count: int, skip: int = 0) -> List[dict]:
+    """``count`` batches of the training set, as fairseq-train draws them (seed 1)."""
+    task.load_dataset("train")
+    iterator = task.get_batch_iterator(
+        task.dataset("train"),
+        max_tokens=max_tokens,
+        max_positions=(1024, 1024),
+        seed=1,
+        num_workers=0,
+    ).next_epoch_itr(shuffle=True)
+    batches = [next(iterator) for _ in range(skip + count)]
+    return batches[skip:]
+
+
+def make_update(model, criterion, batches: Sequence[dict], clip_norm: float = 1.0):
+    """One call = one training update per batch (forward, backward, clip, Adam)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def run():
+        model.train()
+        for sample in batches:
+            loss, _, _ = criterion(model, sample)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            optimizer.step()
+
+    return run
+
+
+def target_tokens(batches: Sequence[dict]) -> int:
+    return sum(int(b["ntokens"]) for b in batches)
+
+
+# -- generation ----------------------------------------------------------------
+def test_batches(task, count: int, batch_size: int) -> List[dict]:
+    task.load_dataset("test")
+    iterator = task.get_batch_iterator(
+        task.dataset("test"),
+        max_sentences=batch_size,
+        max_positions=(1024, 1024),
+        required_batch_size_multiple=1,  # fairseq would drop a last partial batch
+        seed=1,
+        num_workers=0,
+    ).next_epoch_itr(shuffle=False)
+    batches, sentences = [], 0
+    for sample in iterator:
+        batches.append(sample)
+        sentences += sample["nsentences"]
+        if sentences >= count:
+            break
+    return batches
+
+
+def make_generate(model, tgt_dict, batches: Sequence[dict], beam: int, steps: List[int]):
+    """Beam search over ``batches``; appends the number of tokens generated per call.
+
+    Untrained weights rarely rank </s> in the top beams, so every hypothesis runs
+    to the length limit (source length + 5) and both models decode the same number
+    of steps; the generated token count is reported to show it."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model.eval()
+    model.make_generation_fast_()  # need_attn=False, as fairseq-generate without alignments
+    generator = SequenceGenerator([model], tgt_dict, beam_size=beam, max_len_a=1, max_len_b=5)
+
+    def run():
+        generated = 0
+        with torch.no_grad():
+            for sample in batches:
+                hypos = generator.generate([model], sample)
+                generated += sum(len(h[0]["tokens"]) for h in hypos)
+        steps.append(generated)
+
+    return run
+
+
+# -- peak memory -----------------------------------------------------------------
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    """VmHWM, the peak resident set of this process's address space. Not ru_maxrss:
+    Linux carries the parent's peak across fork + exec into a child's ru_maxrss."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def memory_in_child(run_py: str, name: str, argv: Sequence[str]) -> Dict[str, int]:
+    """Peak resident memory of training ``name`` in a fresh process (run.py --memory-child)."""
+    out = subprocess.run(
+        [sys.executable, run_py, *argv, "--memory-child", name],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# -- attention cost against the source length ------------------------------------
+def attention_step_times(
+    attentions: Dict[str, Callable], lengths: Sequence[int], batch: int, hidden: int, rounds: int
+) -> Dict[str, Dict[int, float]]:
+    """Seconds per decoding step (T = 1, forward) of each attention, for each S.
+
+    ``attentions`` maps a label to f(query, proj_keys, values, pad_mask, lengths,
+    steps) with the module's ``precompute`` applied by the caller once per S."""
+    results = {name: {} for name in attentions}
+    for S in lengths:
+        g = torch.Generator().manual_seed(S)
+        keys = torch.randn(batch, S, hidden, generator=g)  # B x S x E
+        query = torch.randn(batch, 1, hidden, generator=g)  # B x 1 x H
+        src_lengths = torch.full((batch,), S)
+        pad_mask = torch.zeros(batch, S, dtype=torch.bool)
+        steps = torch.tensor([S // 2])  # a step in the middle of the sentence
+        jobs = {}
+        for name, (module, call) in attentions.items():
+            proj_keys = module.precompute(keys)
+            jobs[name] = (
+                lambda call=call, pk=proj_keys: call(query, pk, keys, pad_mask, src_lengths, steps)
+            )
+        with torch.no_grad():
+            seconds, _ = median_rounds(jobs, rounds, warmup=3)
+        for name, s in seconds.items():
+            results[name][S] = s
+    return results
+
+
+# -- model FLOPs -----------------------------------------------------------------
+def training_flops(batches: Sequence[dict], dims: dict, window: str, feed: bool) -> float:
+    """Useful FLOPs of training updates on ``batches`` (real tokens only, padding
+    excluded): 2 per multiply-add, forward x 3 for forward + backward.
+
+    per source token: encoder LSTM 2·4H(C + H) (+ 2·4H·2H per upper layer),
+                      the score's key projection 2·E·H (general)
+    per target token: decoder LSTM 2·4H(C [+ O with feeding] + H) (+ upper layers),
+                      score 2·H·n + context 2·E·n over the n = S_b (global) or
+                      min(2D + 1, S_b) (local) attended positions, W_c 2·O(E + H),
+                      output layer 2·O·V
+    """
+    H, C, O, E, V, L = (dims[k] for k in ("H", "C", "O", "E", "V", "L"))
+    upper = (L - 1) * 2 * 4 * H * 2 * H
+    per_src = 2 * 4 * H * (C + H) + upper + 2 * E * H
+    per_tgt = 2 * 4 * H * (C + (O if feed else 0) + H) + upper + 2 * O * (E + H) + 2 * O * V
+    total = 0.0
+    for sample in batches:
+        pad = dims["pad"]
+        src_len = sample["net_input"]["src_tokens"].ne(pad).sum(1).double()  # B: S_b
+        tgt_len = sample["target"].ne(pad).sum(1).double()  # B: T_b
+        attended = src_len if window == "global" else src_len.clamp(max=2 * dims["D"] + 1)
+        total += float(src_len.sum()) * per_src
+        total += float(tgt_len.sum()) * per_tgt + float((tgt_len * attended).sum()) * 2 * (H + E)
+    return 3 * total
+
+
+# -- profile -----------------------------------------------------------------------
+def profile_table(run: Callable[[], None], rows: int) -> List[Dict[str, object]]:
+    """Top operators by self CPU time over one call of ``run`` (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1
+    return [
+        {
+            "op": e.key,
+            "calls": e.count,
+            "self_ms": e.self_cpu_time_total / 1000,
+            "share": e.self_cpu_time_total / total,
+        }
+        for e in events[:rows]
+    ]

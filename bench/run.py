@@ -1,0 +1,328 @@
+"""Benchmarks of luong_plugin against fairseq's own ``lstm``, in one process.
+
+    python bench/run.py                 # the full run (~10 min on 2 cores), writes docs/BENCHMARKS.md
+    python bench/run.py --quick --out /tmp/b.md --data DIR   # a smoke test (seconds)
+
+Measures, with every system interleaved round by round on the same batches:
+training target tokens/s (and the ratio to fairseq ``lstm``), beam-5 generation
+sentences/s, peak memory (a fresh process per system), attention step time
+against the source length, model FLOPs against the measured fp32 GEMM peak, and
+an operator profile of one update. Prepares the Bible corpus when ``--data``
+has none (recipes/bible_es_en/prepare.sh, 8K joint SentencePiece vocabulary).
+"""
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import measure  # noqa: E402
+import report  # noqa: E402
+from systems import (  # noqa: E402
+    PAPER_SIZES,
+    QUICK_SYSTEMS,
+    REFERENCE,
+    SIZES,
+    SYSTEMS,
+    build,
+    common_args,
+    system,
+)
+
+USER_DIR = os.path.join(REPO, "luong_plugin")
+GENERATION_SYSTEMS = [REFERENCE, "global-general feed", "global-general", "local-p general feed"]
+MEMORY_SYSTEMS = GENERATION_SYSTEMS
+ATTENTION_LENGTHS = [25, 50, 100, 200, 400, 1000]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"),
+                   help="corpus directory of recipes/bible_es_en/prepare.sh (made if missing)")
+    p.add_argument("--out", default=os.path.join(REPO, "docs", "BENCHMARKS.md"))
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--quick", action="store_true", help="smallest sizes: a smoke test, not a measurement")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; quick 1)")
+    p.add_argument("--max-tokens", type=int, default=None, help="batch size (default 4000; quick 400)")
+    p.add_argument("--json", default=None, help="also write the raw results as JSON here")
+    p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.threads < 1:
+        p.error(f"--threads must be a positive integer, got {args.threads}")
+    if args.rounds is not None and args.rounds < 1:
+        p.error(f"--rounds must be a positive integer, got {args.rounds}")
+    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.max_tokens = args.max_tokens or (400 if args.quick else 4000)
+    return args
+
+
+def ensure_data(data: str) -> str:
+    bin_dir = os.path.join(data, "bin")
+    if not os.path.exists(os.path.join(bin_dir, "train.es-en.en.idx")):
+        print(f"[bench] preparing the corpus in {data}", flush=True)
+        subprocess.run(
+            ["bash", os.path.join(REPO, "recipes", "bible_es_en", "prepare.sh"), "--out", data],
+            check=True,
+        )
+    return bin_dir
+
+
+def build_system(name: str, common, sizes=SIZES):
+    import torch
+
+    torch.manual_seed(1)
+    spec = system(name)
+    args, task, model, criterion = build(spec.args, common, USER_DIR, sizes)
+    if spec.step_by_step:
+        model.decoder.step_by_step = True
+    return args, task, model, criterion
+
+
+def dims_of(args, task) -> dict:
+    return {
+        "H": args.decoder_hidden_size,
+        "C": args.decoder_embed_dim,
+        "O": args.decoder_out_embed_dim,
+        "E": args.encoder_hidden_size,
+        "L": args.decoder_layers,
+        "V": len(task.target_dictionary),
+        "D": 10,
+        "pad": task.target_dictionary.pad(),
+    }
+
+
+def log(message: str):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- sections ------------------------------------------------------------------------
+def training(args, bin_dir, names, dropout, criterion, batches_per_round, sizes=SIZES):
+    """tok/s of each system, interleaved; returns (results, batches, dims)."""
+    common = common_args(bin_dir, dropout, criterion, args.max_tokens)
+    built = {name: build_system(name, common, sizes) for name in names}
+    _, task, _, _ = built[names[0]]
+    batches = measure.train_batches(task, args.max_tokens, batches_per_round, skip=1)
+    jobs = {
+        name: measure.make_update(model, crit, batches)
+        for name, (_, _, model, crit) in built.items()
+    }
+    seconds, raw = measure.median_rounds(jobs, args.rounds)
+    tokens = measure.target_tokens(batches)
+    results = {
+        name: {"tok_s": tokens / s, "seconds": s, "rounds": raw[name]}
+        for name, s in seconds.items()
+    }
+    dims = dims_of(built[names[0]][0], task)
+    return results, batches, dims, built
+
+
+def generation(args, bin_dir, names, sentences, batch_size):
+    import torch  # noqa: F401
+
+    common = common_args(bin_dir, 0.0, "cross_entropy", args.max_tokens)
+    built = {name: build_system(name, common) for name in names}
+    _, task, _, _ = built[names[0]]
+    batches = measure.test_batches(task, sentences, batch_size)
+    n_sentences = sum(b["nsentences"] for b in batches)
+    generated = {name: [] for name in names}
+    jobs = {
+        name: measure.make_generate(model, task.target_dictionary, batches, 5, generated[name])
+        for name, (_, _, model, _) in built.items()
+    }
+    seconds, _ = measure.median_rounds(jobs, args.rounds)
+    return {
+        name: {
+            "sent_s": n_sentences / s,
+            "seconds": s,
+            "sentences": n_sentences,
+            "tokens": generated[name][-1],
+        }
+        for name, s in seconds.items()
+    }
+
+
+def attention_cost(args, lengths, batch, hidden):
+    import torch
+
+    sys.path.insert(0, REPO)
+    from luong_plugin.modules.attention import LuongAttention
+
+    torch.manual_seed(1)
+    attentions = {}
+    for window in ("global", "local-m", "local-p"):
+        module = LuongAttention("general", window, hidden, hidden, window_size=10).eval()
+        attentions[window] = (module, module.forward)
+    # local-p through each implementation whatever S: what gathering saves, and its fixed cost
+    attentions["local-p masked"] = (attentions["local-p"][0], attentions["local-p"][0].masked)
+    attentions["local-p gathered"] = (attentions["local-p"][0], attentions["local-p"][0].gathered)
+    rounds = max(5, 4 * args.rounds)
+    return measure.attention_step_times(attentions, lengths, batch, hidden, rounds)
+
+
+def memory_child(args):
+    """In a fresh process: peak RSS while training one system (run.py --memory-child)."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    bin_dir = ensure_data(args.data)
+    common = common_args(bin_dir, 0.0, "label_smoothed_cross_entropy", args.max_tokens)
+    _, task, model, criterion = build_system(args.memory_child, common)
+    batches = measure.train_batches(task, args.max_tokens, 2, skip=1)
+    before = measure.rss_bytes()
+    measure.make_update(model, criterion, batches)()
+    print(json.dumps({"rss_before": before, "peak": measure.peak_rss_bytes()}))
+
+
+def machine(threads: int) -> dict:
+    import fairseq
+    import torch
+
+    model = platform.processor()
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        info = dict(
+            (k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+        )
+        model = info.get("Model name", model)
+        cores = info.get("CPU(s)", "?")
+    except OSError:
+        cores = str(os.cpu_count())
+    return {
+        "cpu": model,
+        "cpus": cores,
+        "threads": threads,
+        "torch": torch.__version__,
+        "fairseq": fairseq.__version__,
+        "python": platform.python_version(),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.memory_child:
+        return memory_child(args)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    started = time.time()
+    bin_dir = ensure_data(args.data)
+    quick = args.quick
+    results = {"machine": machine(args.threads), "quick": quick, "rounds": args.rounds}
+    results["command"] = "python bench/run.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+    results["max_tokens"] = args.max_tokens
+
+    log("GEMM peak")
+    n = 256 if quick else 2048
+    gemm_rounds = max(3, 2 * args.rounds)
+    results["gemm"] = {"n": n, "flops": measure.gemm_peak(n, gemm_rounds)}
+
+    names = QUICK_SYSTEMS if quick else [s.name for s in SYSTEMS]
+    per_round = 1 if quick else 3
+    log(f"training, dropout 0: {len(names)} systems x {args.rounds} rounds x {per_round} batches")
+    train, batches, dims, built = training(
+        args, bin_dir, names, 0.0, "label_smoothed_cross_entropy", per_round
+    )
+    results["train"] = train
+    results["dims"] = {k: v for k, v in dims.items() if k != "pad"}
+    results["batches"] = [list(b["net_input"]["src_tokens"].shape) + [list(b["target"].shape)[1]] for b in batches]
+    results["flops"] = {}
+    for name in names:
+        spec = system(name)
+        window = "global" if name == REFERENCE or "global" in name else "local"
+        feed = name == REFERENCE or "feed" in name
+        if name == "base":
+            continue
+        flops = measure.training_flops(batches, dims, window, feed)
+        results["flops"][name] = {
+            "per_token": flops / measure.target_tokens(batches),
+            "flop_s": flops / train[name]["seconds"],
+        }
+        del spec
+
+    log("profile of one update")
+    pair = [REFERENCE, "global-general feed"]
+    results["profile"] = {
+        name: measure.profile_table(
+            measure.make_update(built[name][2], built[name][3], batches[:1]), 12 if not quick else 3
+        )
+        for name in pair
+    }
+    del built
+
+    if not quick:
+        log("training, dropout 0.2")
+        train_drop, _, _, _ = training(
+            args, bin_dir, pair, 0.2, "label_smoothed_cross_entropy", per_round
+        )
+        results["train_dropout"] = train_drop
+
+        log("training, paper shape (4 x 1000)")
+        paper_args = argparse.Namespace(**vars(args))
+        paper_args.max_tokens = 1500
+        paper_args.rounds = max(2, args.rounds // 2)
+        train_paper, paper_batches, paper_dims, paper_built = training(
+            paper_args, bin_dir, pair, 0.0, "label_smoothed_cross_entropy", 1, PAPER_SIZES
+        )
+        del paper_built
+        results["train_paper"] = train_paper
+        results["paper_dims"] = {k: v for k, v in paper_dims.items() if k != "pad"}
+        results["paper_max_tokens"] = paper_args.max_tokens
+        paper_flops = measure.training_flops(paper_batches, paper_dims, "global", True)
+        results["flops_paper"] = {
+            name: {
+                "per_token": paper_flops / measure.target_tokens(paper_batches),
+                "flop_s": paper_flops / train_paper[name]["seconds"],
+            }
+            for name in pair
+        }
+
+    log("beam-5 generation")
+    gen_names = GENERATION_SYSTEMS[:2] if quick else GENERATION_SYSTEMS
+    results["generate"] = generation(
+        args, bin_dir, gen_names, sentences=8 if quick else 200, batch_size=8 if quick else 50
+    )
+
+    log("peak memory (one process per system)")
+    child_argv = ["--data", args.data, "--threads", str(args.threads), "--max-tokens", str(args.max_tokens)]
+    mem_names = MEMORY_SYSTEMS[:1] if quick else MEMORY_SYSTEMS
+    results["memory"] = {
+        name: measure.memory_in_child(os.path.abspath(__file__), name, child_argv)
+        for name in mem_names
+    }
+
+    log("attention step time against the source length")
+    lengths = [25, 100] if quick else ATTENTION_LENGTHS
+    results["attention"] = attention_cost(args, lengths, batch=64, hidden=dims["H"])
+
+    log("GEMM peak again (the best of both measurements is the peak)")
+    results["gemm"]["flops"] = max(results["gemm"]["flops"], measure.gemm_peak(n, gemm_rounds))
+    # utilisation uses the final peak
+    for key in ("flops", "flops_paper"):
+        for name, entry in results.get(key, {}).items():
+            entry["utilisation"] = entry["flop_s"] / results["gemm"]["flops"]
+    results["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    results["minutes"] = (time.time() - started) / 60
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(report.markdown(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    log(f"wrote {args.out} in {results['minutes']:.1f} min")
+    print(report.summary(results))
+
+
+if __name__ == "__main__":
+    main()

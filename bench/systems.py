@@ -1,0 +1,108 @@
+"""The systems the benchmark compares, as fairseq command lines, and how to
+build them (task, model, criterion) in this process.
+
+Every system has the demo's size (1 layer x 256, 8K joint vocabulary, shared
+decoder input/output embedding) so ours and fairseq's ``lstm`` compare flag
+for flag. Dropout and the criterion are chosen per run (``common_args``) and
+are the same for every system.
+"""
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+SIZES = [
+    "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "256", "--encoder-hidden-size", "256",
+    "--decoder-embed-dim", "256", "--decoder-hidden-size", "256",
+    "--decoder-out-embed-dim", "256",
+    "--share-decoder-input-output-embed",
+]  # fmt: skip
+
+# fairseq's own Luong-style model: global "general" attention
+# (h_t W h̄_s, its AttentionLayer.input_proj), input feeding, unidirectional encoder.
+FAIRSEQ_LSTM = ["--arch", "lstm", "--decoder-attention", "True"]
+
+# Ours; a source read left to right, like fairseq's lstm encoder.
+LUONG = ["--arch", "luong_wmt_en_de", "--no-reverse-source"]
+
+
+@dataclass(frozen=True)
+class System:
+    name: str  # a short label for tables
+    args: Sequence[str]  # model options (sizes are added)
+    description: str
+    step_by_step: bool = False  # run the decoder's per-step path (LuongDecoder.step_by_step)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.name == REFERENCE
+
+
+REFERENCE = "fairseq lstm"
+
+
+def _luong(window: str, score: str, feed: bool, *extra: str) -> List[str]:
+    return LUONG + [
+        "--attention-window", window, "--attention-score", score,
+        "--input-feeding" if feed else "--no-input-feeding", *extra,
+    ]  # fmt: skip
+
+
+SYSTEMS = [
+    System(REFERENCE, FAIRSEQ_LSTM, "fairseq `--arch lstm`: global general attention, input feeding"),
+    System("global-general feed", _luong("global", "general", True), "ours, the same model as fairseq lstm"),
+    System("global-general", _luong("global", "general", False), "ours without input feeding (fused LSTM path)"),
+    System("global-general per-step", _luong("global", "general", False), "the same no-feed model forced through the per-step loop", step_by_step=True),
+    System("global-dot feed", _luong("global", "dot", True), "ours"),
+    System("global-concat feed", _luong("global", "concat", True), "ours"),
+    System("global-location feed", _luong("global", "location", True), "ours"),
+    System("local-m general feed", _luong("local-m", "general", True, "--window-size", "10"), "ours, D = 10"),
+    System("local-p general feed", _luong("local-p", "general", True, "--window-size", "10"), "ours, D = 10 (the demo's model)"),
+    System("local-p general", _luong("local-p", "general", False, "--window-size", "10"), "ours, D = 10, no input feeding"),
+    System("base", LUONG + ["--attention-window", "none", "--no-input-feeding"], "ours, no attention (Table 1 Base)"),
+]  # fmt: skip
+
+QUICK_SYSTEMS = [REFERENCE, "global-general feed", "global-general", "local-p general feed"]
+
+
+def system(name: str) -> System:
+    for s in SYSTEMS:
+        if s.name == name:
+            return s
+    raise KeyError(f"unknown system {name!r}; known: {', '.join(s.name for s in SYSTEMS)}")
+
+
+def common_args(data: str, dropout: float, criterion: str, max_tokens: int) -> List[str]:
+    """Task, criterion, dropout and batching shared by every system."""
+    args = [
+        data, "--task", "translation", "--source-lang", "es", "--target-lang", "en",
+        "--dropout", str(dropout), "--max-tokens", str(max_tokens),
+        "--criterion", criterion, "--optimizer", "adam", "--lr", "0.001",
+        "--seed", "1", "--num-workers", "0", "--cpu",
+    ]  # fmt: skip
+    if criterion == "label_smoothed_cross_entropy":
+        args += ["--label-smoothing", "0.1"]
+    return args
+
+
+# The paper's shape (4 x 1000 LSTMs, Luong's global-general + feeding) on the same data.
+PAPER_SIZES = [
+    "--encoder-layers", "4", "--decoder-layers", "4",
+    "--encoder-embed-dim", "1000", "--encoder-hidden-size", "1000",
+    "--decoder-embed-dim", "1000", "--decoder-hidden-size", "1000",
+    "--decoder-out-embed-dim", "1000",
+    "--share-decoder-input-output-embed",
+]  # fmt: skip
+
+
+def build(system_args: Sequence[str], common: Sequence[str], user_dir: str, sizes=SIZES):
+    """(args, task, model, criterion) exactly as fairseq-train builds them."""
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    argv = list(common) + ["--user-dir", user_dir] + list(sizes) + list(system_args)
+    args = options.parse_args_and_arch(parser, argv)
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    criterion = task.build_criterion(args)
+    return args, task, model, criterion

@@ -1,0 +1,197 @@
+"""Every fast path against the plain path it replaces, and a smoke run of the
+benchmark harness (bench/run.py --quick; it asserts no timing).
+
+- No input feeding: the fused path (one ``nn.LSTM`` call over the whole target,
+  attention for all steps in one product) equals the per-step loop of the same
+  model (``decoder.step_by_step = True``): outputs, attention maps, p_t and
+  every parameter's gradient.
+- Local windows: the gathered attention (scores, softmax and prior over the
+  2D + 1 window positions, scattered back into B x T x S) equals the masked
+  implementation (scores over all S, ``LuongAttention.masked``) to 1e-5, for
+  local-m and local-p with every score, renormalised or not, forward and
+  backward; and a model whose sources are long enough to take the gathered path
+  matches the loop reference of the paper's equations.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, build, random_batch, random_prev_output
+from luong_reference import Options, reference_batch
+
+from luong_plugin.modules import attention as attention_module
+from luong_plugin.modules.attention import LuongAttention
+
+SCORES = ["dot", "general", "concat", "location"]
+ATOL = 1e-5
+
+
+def _spread(model_or_module, seed=0):
+    """Parameters wider than the ±0.1 init, so attention is far from uniform."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model_or_module.named_parameters():
+            scale = 1.0 if name.endswith("v_p.weight") else 0.5
+            param.copy_((torch.rand(param.shape, generator=g) * 2 - 1) * scale)
+    return model_or_module
+
+
+# -- no input feeding: fused == per-step ---------------------------------------------
+NO_FEED = [("none", None)] + [(w, s) for w in ("global", "local-m", "local-p") for s in SCORES]
+
+
+def _run(model, src, lengths, prev, step_by_step):
+    model.zero_grad()
+    model.decoder.step_by_step = step_by_step
+    logits, extra = model(src, lengths, prev)
+    logits.pow(2).mean().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), extra, grads
+
+
+@pytest.mark.parametrize("window,score", NO_FEED, ids=lambda v: str(v))
+def test_fused_no_feed_path_equals_per_step_path(window, score):
+    overrides = dict(attention_window=window, input_feeding=False, dropout=0.0)
+    if window == "none":
+        overrides["decoder_out_embed_dim"] = 24  # = hidden: W_s reads h_t
+    else:
+        overrides["attention_score"] = score
+    model = _spread(build("luong_tiny", **overrides))
+    src, lengths = random_batch(model.encoder.dictionary, [12, 4, 7])
+    prev = random_prev_output(model.decoder.dictionary, 3, 9)
+    fused = _run(model, src, lengths, prev, step_by_step=False)
+    stepped = _run(model, src, lengths, prev, step_by_step=True)
+    torch.testing.assert_close(stepped[0], fused[0], atol=ATOL, rtol=0)
+    for key in ("attn", "p_t"):
+        if fused[1][key][0] is None:
+            assert stepped[1][key][0] is None, key
+        else:
+            torch.testing.assert_close(stepped[1][key][0], fused[1][key][0], atol=ATOL, rtol=0)
+    assert fused[2].keys() == stepped[2].keys()
+    assert len(fused[2]) == len([p for p in model.parameters() if p.requires_grad])
+    for name in fused[2]:
+        torch.testing.assert_close(stepped[2][name], fused[2][name], atol=1e-4, rtol=1e-4, msg=name)
+
+
+# -- local windows: gathered == masked -------------------------------------------------
+def _attention_inputs(S=40, B=4, T=8, H=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([S, 5, 23, 31])[:B]  # 5 < 2D + 1: every window clipped
+    keys = torch.randn(B, S, H, generator=g)  # B x S x E
+    positions = torch.arange(S)
+    pad_mask = positions.unsqueeze(0) >= lengths.unsqueeze(1)  # B x S
+    keys = keys.masked_fill(pad_mask.unsqueeze(-1), 0.0)
+    query = torch.randn(B, T, H, generator=g) * 2  # B x T x H
+    steps = torch.tensor([0, 1, 3, 4, 6, 20, 35, 39])[:T]  # past S_b for short rows
+    return query, keys, pad_mask, lengths, steps
+
+
+def _both_paths(module, dtype):
+    """(context, probs, p_t, d query, d keys, {param: grad}) of each path."""
+    module = module.to(dtype)
+    results = {}
+    for path in ("masked", "gathered"):
+        query, keys, pad_mask, lengths, steps = _attention_inputs()
+        query = query.to(dtype).requires_grad_(True)
+        keys = keys.to(dtype).requires_grad_(True)
+        module.zero_grad()
+        context, probs, extras = getattr(module, path)(
+            query, module.precompute(keys), keys, pad_mask, lengths, steps
+        )
+        weights = torch.rand(probs.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+        (context.pow(2).sum() + (probs * weights).sum()).backward()  # maps get gradients too
+        grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+        results[path] = (context, probs, extras["p_t"], query.grad, keys.grad, grads)
+    return results["masked"], results["gathered"]
+
+
+@pytest.mark.parametrize("renormalize", [False, True], ids=["plain", "renormalized"])
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("window", ["local-m", "local-p"])
+def test_gathered_local_attention_equals_masked(window, score, renormalize):
+    if renormalize and window == "local-m":
+        pytest.skip("--renormalize-window applies to local-p only")
+    module = _spread(
+        LuongAttention(score, window, 24, 24, window_size=3, renormalize=renormalize,
+                       max_source_positions=64)
+    )
+    # float32, as trained: the forward to 1e-5
+    masked, gathered = _both_paths(module, torch.float32)
+    assert gathered[1].shape == masked[1].shape == (4, 8, 40)  # the map covers all S
+    for what, a, b in zip(["context", "probs", "p_t"], gathered, masked):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0, msg=what)
+    # float64: gradients too (float32 ones reach ~500 and differ by rounding, ~1e-4)
+    masked, gathered = _both_paths(module, torch.float64)
+    for what, a, b in zip(["context", "probs", "p_t", "d query", "d keys"], gathered, masked):
+        torch.testing.assert_close(a, b, atol=1e-9, rtol=0, msg=what)
+    assert masked[5].keys() == gathered[5].keys()
+    assert len(masked[5]) == len(list(module.parameters()))
+    for name in masked[5]:
+        torch.testing.assert_close(gathered[5][name], masked[5][name], atol=1e-9, rtol=0, msg=name)
+    # the windows really were clipped, partly outside and past the sentence end
+    assert torch.all(masked[1][1, :, 5:] == 0)  # nothing beyond S_b = 5
+    assert (masked[1] > 0).sum(-1).min() >= 1
+
+
+def test_forward_gathers_long_sources_and_masks_short_ones(monkeypatch):
+    module = LuongAttention("general", "local-m", 24, 24, window_size=3)
+    calls = []
+    for path in ("masked", "gathered"):
+        original = getattr(module, path)
+        monkeypatch.setattr(module, path, lambda *a, p=path, f=original: calls.append(p) or f(*a))
+    for S in (6, 40):
+        query, keys, pad_mask, lengths, steps = _attention_inputs(S=S)
+        module(query, module.precompute(keys), keys, pad_mask, lengths.clamp(max=S), steps)
+    assert calls == ["masked", "gathered"]
+    assert attention_module.GATHER_FROM * module.window.width > 6
+
+
+@pytest.mark.parametrize("feed", [True, False], ids=["feed", "nofeed"])
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("window", ["local-m", "local-p"])
+def test_model_on_long_sources_matches_reference(window, score, feed):
+    """Sources of 30 tokens (>= 2 windows of 7): the model takes the gathered path."""
+    opts = Options(window=window, score=score, input_feeding=feed, reverse_source=True, window_size=3)
+    model = _spread(
+        build("luong_tiny", attention_window=window, attention_score=score, input_feeding=feed,
+              reverse_source=True)
+    )
+    lengths = [30, 4, 17]
+    src, src_lengths = random_batch(model.encoder.dictionary, lengths)
+    assert src.size(1) >= attention_module.GATHER_FROM * (2 * 3 + 1)
+    prev = random_prev_output(model.decoder.dictionary, 3, 9)
+    with torch.no_grad():
+        logits, extra = model(src, src_lengths, prev)
+    refs = reference_batch(model, opts, src, prev, model.encoder.dictionary.pad())
+    for b, ref in enumerate(refs):
+        torch.testing.assert_close(logits[b].double(), ref.logits, atol=ATOL, rtol=0)
+        cols = src[b].ne(model.encoder.dictionary.pad()).nonzero().squeeze(1)
+        torch.testing.assert_close(extra["attn"][0][b][:, cols].double(), ref.attn, atol=ATOL, rtol=0)
+
+
+# -- the harness -----------------------------------------------------------------------
+@pytest.mark.slow
+def test_bench_quick_mode_writes_a_report(bible, tmp_path):
+    out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--quick", "--threads", "1",
+         "--data", str(bible), "--out", str(out), "--json", str(raw)],
+        capture_output=True, text=True, cwd=REPO,
+        env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(raw.read_text())
+    for section in ("train", "generate", "memory", "attention", "profile", "flops", "gemm"):
+        assert results[section], section
+    assert all(v["tok_s"] > 0 for v in results["train"].values())
+    assert results["memory"]["fairseq lstm"]["peak"] > results["memory"]["fairseq lstm"]["rss_before"]
+    text = out.read_text()
+    for heading in ("## Targets", "## Training throughput", "## Beam-5 generation", "## Peak memory",
+                    "## Attention cost against the source length", "## Where the time goes"):
+        assert heading in text, heading
+    assert "--quick" in text
