@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 SWORD := /usr/share/sword/modules/texts/ztext
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sword test demo bench clean
+.PHONY: setup sword test demo ladder bench clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,12 @@ demo: setup sword
 	bash recipes/bible_es_en/demo.sh
 
 # Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
+# The papers' Tables 1 and 4, RNNsearch/RNNencdec and fairseq's lstm at CPU scale,
+# one budget for all; writes docs/RESULTS.md (about an hour on 2 cores).
+ladder: setup sword
+	bash recipes/bible_es_en/prepare.sh
+	$(PY) recipes/bible_es_en/ladder.py
+
 bench: setup
 	$(PY) bench/run.py
 

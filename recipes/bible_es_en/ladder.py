@@ -279,6 +279,20 @@ def target_tokens(data):
         return sum(len(line.split()) + 1 for line in f)
 
 
+def simple_table(r, rows, title, intro, paper, paper_columns):
+    """Markdown lines of one table: ppl, BLEU, chrF and times of ``rows``, then the paper's."""
+    header = ["Model", "Ppl", "BLEU", "chrF2", "train wall / CPU (s)", *paper_columns]
+    lines = ["", f"## {title}", "", *intro, *([""] if intro else []),
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, (_arch, _extra, label) in rows.items():
+        e = r.get(name, {})
+        if "bleu" in e:
+            cells = [label, fmt(e.get("valid_ppl")), f"{e['bleu']:.2f}", f"{e['chrf']:.2f}",
+                     f"{e['wall_s']} / {e['cpu_s']}", *paper.get(name, ())]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_results(results, args, path):
     r = results
     epochs = args.updates * args.max_tokens / target_tokens(args.data)
@@ -354,37 +368,13 @@ def write_results(results, args, path):
             f"| {TABLE4_LABELS.get(name, LUONG[name][2])} | {fmt(e.get('valid_ppl'))} | {e['bleu']:.2f} | {fmt(u.get('bleu'))} | "
             f"{e['wall_s']} / {e['cpu_s']} | {' | '.join(PAPER_TABLE4[name])} |"
         )
-    lines += [
-        "",
-        "## Bahdanau et al.: RNNsearch vs RNNencdec",
-        "",
-        "Both without dropout, as in the paper; the paper column is the -50 models",
-        "(trained on sentences of up to 50 words), all test sentences and sentences without unknown words.",
-        "",
-        "| Model | Ppl | BLEU | chrF2 | train wall / CPU (s) | paper BLEU (All) | paper BLEU (No UNK) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name in BAHDANAU:
-        e = r.get(name, {})
-        if "bleu" in e:
-            lines.append(
-                f"| {BAHDANAU[name][2]} | {fmt(e.get('valid_ppl'))} | {e['bleu']:.2f} | "
-                f"{e['chrf']:.2f} | {e['wall_s']} / {e['cpu_s']} | {' | '.join(PAPER_BAHDANAU[name])} |"
-            )
-    lines += [
-        "",
-        "## Peer: fairseq's built-in `lstm` at the same size",
-        "",
-        "| Model | Ppl | BLEU | chrF2 | train wall / CPU (s) |",
-        "|---|---|---|---|---|",
-    ]
-    for name in PEER:
-        e = r.get(name, {})
-        if "bleu" in e:
-            lines.append(
-                f"| {PEER[name][2]} | {fmt(e.get('valid_ppl'))} | {e['bleu']:.2f} | "
-                f"{e['chrf']:.2f} | {e['wall_s']} / {e['cpu_s']} |"
-            )
+    lines += simple_table(
+        r, BAHDANAU, "Bahdanau et al.: RNNsearch vs RNNencdec",
+        ["Both without dropout, as in the paper; the paper columns are the -50 models (trained",
+         "on sentences of up to 50 words), on all test sentences and on those without unknown words."],
+        PAPER_BAHDANAU, ["paper BLEU (All)", "paper BLEU (No UNK)"],
+    )
+    lines += simple_table(r, PEER, "Peer: fairseq's built-in `lstm` at the same size", [], {}, [])
     unk = {n: r[n]["unk_in_output"] for n in LUONG if "unk_in_output" in r.get(n, {})}
     lines += [
         "",
