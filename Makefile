@@ -37,13 +37,13 @@ test: setup sword
 demo: setup sword
 	bash recipes/bible_es_en/demo.sh
 
-# Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
 # The papers' Tables 1 and 4, RNNsearch/RNNencdec and fairseq's lstm at CPU scale,
 # one budget for all; writes docs/RESULTS.md (about an hour on 2 cores).
 ladder: setup sword
 	bash recipes/bible_es_en/prepare.sh
 	$(PY) recipes/bible_es_en/ladder.py
 
+# Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
 bench: setup
 	$(PY) bench/run.py
 
