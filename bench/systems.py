@@ -10,13 +10,18 @@ are the same for every system.
 from dataclasses import dataclass
 from typing import List, Sequence
 
-SIZES = [
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "256", "--encoder-hidden-size", "256",
-    "--decoder-embed-dim", "256", "--decoder-hidden-size", "256",
-    "--decoder-out-embed-dim", "256",
-    "--share-decoder-input-output-embed",
-]  # fmt: skip
+def sizes(layers: int, dim: int) -> List[str]:
+    """The size flags both toolkits share: ``layers`` x ``dim`` LSTMs, shared embeddings."""
+    return [
+        "--encoder-layers", str(layers), "--decoder-layers", str(layers),
+        "--encoder-embed-dim", str(dim), "--encoder-hidden-size", str(dim),
+        "--decoder-embed-dim", str(dim), "--decoder-hidden-size", str(dim),
+        "--decoder-out-embed-dim", str(dim),
+        "--share-decoder-input-output-embed",
+    ]  # fmt: skip
+
+
+SIZES = sizes(1, 256)
 
 # fairseq's own Luong-style model: global "general" attention
 # (h_t W h̄_s, its AttentionLayer.input_proj), input feeding, unidirectional encoder.
@@ -86,13 +91,7 @@ def common_args(data: str, dropout: float, criterion: str, max_tokens: int) -> L
 
 
 # The paper's shape (4 x 1000 LSTMs, Luong's global-general + feeding) on the same data.
-PAPER_SIZES = [
-    "--encoder-layers", "4", "--decoder-layers", "4",
-    "--encoder-embed-dim", "1000", "--encoder-hidden-size", "1000",
-    "--decoder-embed-dim", "1000", "--decoder-hidden-size", "1000",
-    "--decoder-out-embed-dim", "1000",
-    "--share-decoder-input-output-embed",
-]  # fmt: skip
+PAPER_SIZES = sizes(4, 1000)
 
 
 def build(system_args: Sequence[str], common: Sequence[str], user_dir: str, sizes=SIZES):

@@ -73,6 +73,17 @@ def random_prev_output(dictionary, batch_size, length, seed=1):
     return torch.cat([eos, body], dim=1)
 
 
+def spread_parameters(model, seed: int = 0):
+    """Parameters wider than the ±0.1 init (v_p wider still), so attention is far from
+    uniform and local-p's p_t moves: differences between variants show."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            scale = 1.0 if name.endswith("v_p.weight") else 0.5
+            param.copy_((torch.rand(param.shape, generator=g) * 2 - 1) * scale)
+    return model
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

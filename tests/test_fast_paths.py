@@ -21,7 +21,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, build, random_batch, random_prev_output
+from conftest import REPO, build, random_batch, random_prev_output, spread_parameters
 from luong_reference import Options, reference_batch
 
 from luong_plugin.modules import attention as attention_module
@@ -29,16 +29,6 @@ from luong_plugin.modules.attention import LuongAttention
 
 SCORES = ["dot", "general", "concat", "location"]
 ATOL = 1e-5
-
-
-def _spread(model_or_module, seed=0):
-    """Parameters wider than the ±0.1 init, so attention is far from uniform."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model_or_module.named_parameters():
-            scale = 1.0 if name.endswith("v_p.weight") else 0.5
-            param.copy_((torch.rand(param.shape, generator=g) * 2 - 1) * scale)
-    return model_or_module
 
 
 # -- no input feeding: fused == per-step ---------------------------------------------
@@ -61,7 +51,7 @@ def test_fused_no_feed_path_equals_per_step_path(window, score):
         overrides["decoder_out_embed_dim"] = 24  # = hidden: W_s reads h_t
     else:
         overrides["attention_score"] = score
-    model = _spread(build("luong_tiny", **overrides))
+    model = spread_parameters(build("luong_tiny", **overrides))
     src, lengths = random_batch(model.encoder.dictionary, [12, 4, 7])
     prev = random_prev_output(model.decoder.dictionary, 3, 9)
     fused = _run(model, src, lengths, prev, step_by_step=False)
@@ -117,7 +107,7 @@ def _both_paths(module, dtype):
     ids=["local-m", "local-p", "local-p-renormalized"],
 )
 def test_gathered_local_attention_equals_masked(window, score, renormalize):
-    module = _spread(
+    module = spread_parameters(
         LuongAttention(score, window, 24, 24, window_size=3, renormalize=renormalize,
                        max_source_positions=64)
     )
@@ -158,7 +148,7 @@ def test_forward_gathers_long_sources_and_masks_short_ones(monkeypatch):
 def test_model_on_long_sources_matches_reference(window, score, feed):
     """Sources of 30 tokens (>= 2 windows of 7): the model takes the gathered path."""
     opts = Options(window=window, score=score, input_feeding=feed, reverse_source=True, window_size=3)
-    model = _spread(
+    model = spread_parameters(
         build("luong_tiny", attention_window=window, attention_score=score, input_feeding=feed,
               reverse_source=True)
     )

@@ -20,7 +20,7 @@ import math
 import pytest
 import torch
 
-from conftest import build, random_batch, random_prev_output
+from conftest import build, random_batch, random_prev_output, spread_parameters
 from luong_reference import Options, reference_batch
 
 SCORES = ["dot", "general", "concat", "location"]
@@ -31,15 +31,6 @@ LENGTHS = [12, 4, 7]
 TARGET_LEN = 9
 D = 3  # luong_tiny's window_size
 ATOL = 1e-5
-
-
-def _spread_parameters(model, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            scale = 1.0 if name.endswith("v_p.weight") else 0.5
-            param.copy_((torch.rand(param.shape, generator=g) * 2 - 1) * scale)
-    return model
 
 
 def _opts(window, score=None, feed=False, reverse=False, renormalize=False):
@@ -67,7 +58,7 @@ def _build(opts: Options):
     model = build("luong_tiny", **overrides)
     if opts.window in LOCAL:
         assert model.decoder.attention.window.window_size == D
-    return _spread_parameters(model)
+    return spread_parameters(model)
 
 
 def _assert_close(actual, expected, what: str, atol: float = ATOL):
