@@ -384,6 +384,10 @@ def write_results(results, args, path):
         "  SentencePiece vocabulary covers every character of the test set, so there is",
         "  (almost) nothing for unk replacement to replace; the rows after unk replacement",
         "  are a measurement of that, and the paper's +1.9 BLEU from it cannot appear here.",
+        "- Wall times depend on whatever else the machine runs while the ladder trains;",
+        "  CPU seconds are the figure to compare between rows.",
+        "- One seed per row: differences of a few tenths of BLEU between such weak models",
+        "  are within what another seed could change.",
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
