@@ -400,7 +400,7 @@ def main(argv=None):
                         help="prepare.sh output directory")
     parser.add_argument("--runs", default=os.path.join(REPO, "runs", "ladder"))
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "RESULTS.md"))
-    parser.add_argument("--updates", type=int, default=500)
+    parser.add_argument("--updates", type=int, default=400)
     parser.add_argument("--max-tokens", type=int, default=2000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--window-size", type=int, default=14)
