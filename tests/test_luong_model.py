@@ -58,6 +58,32 @@ def test_incremental_equals_full_forward(kw):
         torch.testing.assert_close(inc_attn, extra["attn"][0], atol=1e-5, rtol=0)
 
 
+def test_generation_builds_the_step_weights_once_per_call(monkeypatch):
+    """Without autograd the input-feeding path keeps its concatenated LSTM weights
+    in the incremental state: built once per generation call, reordering leaves
+    them alone, and a new call after the weights changed sees the new ones."""
+    model = build(attention_window="local-p", attention_score="general", input_feeding=True)
+    model.eval()
+    built = []
+    concat = model.decoder._concat_step_weights
+    monkeypatch.setattr(model.decoder, "_concat_step_weights", lambda C: built.append(C) or concat(C))
+    src, lengths = random_batch(model.encoder.dictionary, [9, 4, 6])
+    prev = random_prev_output(model.decoder.dictionary, 3, 6)
+    new_order = torch.tensor([2, 2, 0, 1])
+    with torch.no_grad():
+        before, _ = model(src, lengths, prev)
+        reordered, _ = decode_incrementally(model, src, lengths, prev, new_order, swap_at=4)
+        assert len(built) == 2  # the full forward's, then one for six steps
+        expected, _ = model(src.index_select(0, new_order), lengths[new_order], prev[new_order])
+        torch.testing.assert_close(reordered, expected, atol=1e-5, rtol=0)
+        model.decoder.lstm.weight_hh_l0.data.mul_(0.5)  # as an optimizer step would
+        again, _ = decode_incrementally(model, src, lengths, prev)
+        full, _ = model(src, lengths, prev)
+        torch.testing.assert_close(again, full, atol=1e-5, rtol=0)
+        assert not torch.allclose(again, before)  # the new weights were used
+    assert len(built) == 5  # the second call built its own; each full forward too
+
+
 @pytest.mark.parametrize("window", ["global", "local-m", "local-p"])
 def test_reorder_then_continue_equals_permuted_batch(window):
     model = build(attention_window=window, attention_score="general")

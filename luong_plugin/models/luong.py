@@ -50,6 +50,14 @@ class LuongConfig(FairseqDataclass):
         default=False,
         metadata={"help": "local-p: renormalise after the Gaussian (Luong's code does not)"},
     )
+    position_logit_bound: float = field(
+        default=0.0,
+        metadata={
+            "help": "local-p training aid: drop the gradient that would push the logit "
+            "v_p·tanh(W_p h_t) of eq. (9) beyond ±B, so p_t cannot saturate at 0 or S "
+            "early in training (0: off, the paper; the forward pass is unchanged)"
+        },
+    )
     input_feeding: bool = field(
         default=True, metadata={"help": "feed h~_{t-1} to the next decoder input (§3.3)"}
     )
@@ -91,6 +99,15 @@ def validate(cfg) -> None:
         require_positive("--" + option.replace("_", "-"), getattr(cfg, option))
     if window in ("local-m", "local-p"):
         require_positive("--window-size", cfg.window_size)
+    if not cfg.position_logit_bound >= 0:
+        raise OptionError(
+            f"--position-logit-bound must be >= 0 (0: off), got {cfg.position_logit_bound}"
+        )
+    if cfg.position_logit_bound > 0 and window != "local-p":
+        raise OptionError(
+            "--position-logit-bound bounds local-p's predicted position; it needs "
+            f"--attention-window local-p, got {window}"
+        )
     if not 0.0 <= cfg.dropout < 1.0:
         raise OptionError(f"--dropout must be in [0, 1), got {cfg.dropout}")
     if not cfg.init_range > 0:
@@ -161,6 +178,7 @@ class LuongModel(FairseqEncoderDecoderModel):
                 window_size=cfg.window_size,
                 renormalize=cfg.renormalize_window,
                 max_source_positions=cfg.max_source_positions,
+                logit_bound=cfg.position_logit_bound,
             )
         decoder = LuongDecoder(
             task.target_dictionary,

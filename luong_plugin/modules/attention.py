@@ -72,6 +72,7 @@ class LuongAttention(nn.Module):
         renormalize: bool = False,
         max_source_positions: int = 0,
         attention_dim: int = 0,
+        logit_bound: float = 0.0,
     ):
         super().__init__()
         self.score = build_score(
@@ -82,7 +83,11 @@ class LuongAttention(nn.Module):
             attention_dim=attention_dim,
         )
         self.window = build_window(
-            window, query_dim, window_size=window_size, renormalize=renormalize
+            window,
+            query_dim,
+            window_size=window_size,
+            renormalize=renormalize,
+            logit_bound=logit_bound,
         )
 
     def precompute(self, keys: Tensor) -> Tensor:

@@ -17,7 +17,8 @@ Two paths compute the same function:
   layer 0's input gates, W_x y_{t-1} + b for every t, is one GEMM before the
   loop; each step multiplies only [h̃_{t-1}; h_{t-1}] by the recurrent half of
   the weights (``lstm_step``). The weights are ``nn.LSTM``'s own parameters,
-  sliced and concatenated once per call.
+  sliced and concatenated once per call (incremental decoding: once per
+  generation call, kept in the incremental state).
 ``step_by_step=True`` runs the input-feeding loop without the feed (h̃ is not
 fed back): the per-step path of a no-feed model, to test and time the fused one.
 
@@ -29,7 +30,9 @@ Incremental state (``cached_state``), batch dimension of each key:
     cell        L x B x H   (dim 1)
     input_feed  B x O       (dim 0)   h̃_{t-1}
     proj_keys   B x S x K   (dim 0)   the score's projection of h̄, once per sentence
-The step t is derived from the prefix length, never counted.
+The step t is derived from the prefix length, never counted. Without autograd the
+input-feeding path also keeps its concatenated LSTM weights there, under a key of
+their own (``step_weights``, no batch dimension, never reordered).
 
 Shape legend: B batch, T target len, S source len (padded), C embedding dim,
 E encoder dim, H decoder hidden, O attentional hidden (h̃) dim, V vocab, L layers.
@@ -140,7 +143,7 @@ class LuongDecoder(CachedStateDecoder):
 
         if self.input_feeding or self.step_by_step:
             attn_vec, prob, center, hidden, cell, input_feed = self._step_loop(
-                x, state, encoder_out, steps
+                x, state, encoder_out, steps, incremental_state
             )
         else:
             query, (hidden, cell) = self.lstm(x, (state["hidden"], state["cell"]))
@@ -158,11 +161,13 @@ class LuongDecoder(CachedStateDecoder):
             extra["attn"] = [attention_to_src_layout(prob, encoder_out["src_order"])]
         return self.dropout(attn_vec), extra
 
-    def _step_loop(self, x: Tensor, state: Dict[str, Tensor], encoder_out, steps: Tensor):
+    def _step_loop(
+        self, x: Tensor, state: Dict[str, Tensor], encoder_out, steps: Tensor, incremental_state=None
+    ):
         """The per-step path: h_t, then a_t, c_t and h̃_t, one target step at a time;
         h̃_t is fed to step t + 1 with input feeding (§3.3)."""
         lstm, C = self.lstm, x.size(-1)
-        layers = self._step_weights(C)
+        layers = self._step_weights(C, incremental_state)
         # layer 0's input gates from y_{t-1}, all steps in one GEMM; unbind, not
         # slicing per step: one backward node instead of a B x T x 4H zero-fill per step
         gates_x = F.linear(x, lstm.weight_ih_l0[:, :C], layers[0][1])  # B x T x 4H
@@ -198,9 +203,25 @@ class LuongDecoder(CachedStateDecoder):
         hidden, cell = torch.stack(hiddens), torch.stack(cells)  # L x B x H
         return attn_vec, prob, center, hidden, cell, input_feed
 
-    def _step_weights(self, embed_dim: int) -> List[Tuple[Tensor, Tensor]]:
+    def _step_weights(self, embed_dim: int, incremental_state=None) -> List[Tuple[Tensor, Tensor]]:
         """Per layer, the recurrent inputs' weights transposed (layer 0: [W_feed; W_hh],
-        layer k > 0: [W_ih; W_hh]) and the summed biases b_ih + b_hh."""
+        layer k > 0: [W_ih; W_hh]) and the summed biases b_ih + b_hh.
+
+        Incremental decoding calls this once per generated token: without autograd
+        the result is kept in the incremental state, which lives for one
+        generation call, so it is built once per batch of sentences. It has no
+        batch dimension and stays out of ``cached_state``, which is reordered."""
+        if incremental_state is None or torch.is_grad_enabled():
+            return self._concat_step_weights(embed_dim)
+        kept = self.get_incremental_state(incremental_state, "step_weights")
+        if kept is None:
+            layers = self._concat_step_weights(embed_dim)
+            kept = {f"{name}{k}": t for k, pair in enumerate(layers)
+                    for name, t in zip(("weight_t", "bias"), pair)}
+            self.set_incremental_state(incremental_state, "step_weights", kept)
+        return [(kept[f"weight_t{k}"], kept[f"bias{k}"]) for k in range(self.lstm.num_layers)]
+
+    def _concat_step_weights(self, embed_dim: int) -> List[Tuple[Tensor, Tensor]]:
         lstm, layers = self.lstm, []
         for k in range(lstm.num_layers):
             w_ih, w_hh = getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}")

@@ -101,19 +101,45 @@ class LocalMonotonicWindow(_LocalWindow):
         return mid.type_as(query), mid
 
 
+class _BoundLogitGradient(torch.autograd.Function):
+    """Identity forward. Backward drops the gradient of every element whose logit
+    lies beyond ±bound and that gradient descent would push further out."""
+
+    @staticmethod
+    def forward(ctx, logit: Tensor, bound: float) -> Tensor:
+        ctx.save_for_backward(logit)
+        ctx.bound = bound
+        return logit.clone()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (logit,) = ctx.saved_tensors
+        # a descent step moves the logit by -grad
+        outward = ((logit < -ctx.bound) & (grad > 0)) | ((logit > ctx.bound) & (grad < 0))
+        return grad.masked_fill(outward, 0.0), None
+
+
 class LocalPredictiveWindow(_LocalWindow):
     def __init__(
-        self, query_dim: int, window_size: int = 10, renormalize: bool = False, **unused
+        self,
+        query_dim: int,
+        window_size: int = 10,
+        renormalize: bool = False,
+        logit_bound: float = 0.0,
+        **unused,
     ):
         super().__init__(query_dim, window_size)
         self.sigma = window_size / 2.0
         self.renormalize = renormalize
+        self.logit_bound = logit_bound
         self.W_p = nn.Linear(query_dim, query_dim, bias=False)
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
     def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
-        gate = torch.sigmoid(self.v_p(torch.tanh(self.W_p(query)))).squeeze(-1)
-        p_t = src_lengths.unsqueeze(1).type_as(query) * gate  # B x T: eq. (9)
+        logit = self.v_p(torch.tanh(self.W_p(query))).squeeze(-1)  # B x T
+        if self.logit_bound > 0 and logit.requires_grad:
+            logit = _BoundLogitGradient.apply(logit, self.logit_bound)
+        p_t = src_lengths.unsqueeze(1).type_as(query) * torch.sigmoid(logit)  # B x T: eq. (9)
         return p_t, torch.floor(p_t + 0.5).long()
 
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:

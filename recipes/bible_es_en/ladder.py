@@ -16,7 +16,9 @@ Scaled to 2 CPU cores: 1-layer LSTMs/GRUs of ``--dim`` units instead of 4 x 1000
 ``prepare.sh`` instead of 50K/30K words, and Adam instead of the papers' SGD or
 Adadelta schedules (a few hundred updates cannot follow a 10-epoch schedule).
 Everything else is the paper's: the named archs set reversal, dropout 0.2,
-attention window and score, input feeding; D is ``--window-size``.
+attention window and score, input feeding; D is ``--window-size``. Local-p
+models train with ``--position-logit-bound`` (default 4; Adam saturates eq. (9)
+without it), and one extra row shows local-p (general) without it.
 """
 
 import argparse
@@ -55,6 +57,10 @@ LUONG = {
     "local_m_dot": ("luong_local_m_dot_wmt_en_de", [], "local-m (dot)"),
     "local_m_general": ("luong_local_m_general_wmt_en_de", [], "local-m (general)"),
     "local_p_dot": ("luong_local_p_dot_wmt_en_de", [], "local-p (dot)"),
+    # ablation: eq. (9) trained without the bound saturates (README, "Saturation of p_t")
+    "local_p_general_plain": (
+        "luong_local_p_general_wmt_en_de", ["--position-logit-bound", "0"],
+        "local-p (general), without --position-logit-bound"),
 }
 BAHDANAU = {
     "rnnencdec": ("bahdanau_rnnencdec_wmt_en_fr", [], "RNNencdec"),
@@ -167,6 +173,8 @@ class Ladder:
         for f in os.listdir(save_dir):
             if f.startswith("checkpoint"):
                 os.remove(os.path.join(save_dir, f))
+        if "local_p" in arch and "--position-logit-bound" not in extra:
+            extra = [*extra, "--position-logit-bound", str(a.position_logit_bound)]
         cmd = [
             self.tool("fairseq-train"), self.bin, "--source-lang", "es", "--target-lang", "en",
             "--user-dir", os.path.join(REPO, "luong_plugin"), "--arch", arch,
@@ -308,6 +316,7 @@ def write_results(results, args, path):
         f"**Budget, the same for every model:** {args.updates} updates of at most",
         f"{args.max_tokens} target tokens (at most {epochs:.1f} epochs), Adam lr {args.lr}, gradient norm 1, cross-entropy, seed {args.seed},",
         f"1 layer of {args.dim} units (embeddings too), window D = {args.window_size} pieces,",
+        f"local-p with `--position-logit-bound {args.position_logit_bound:g}` (except the row that says otherwise),",
         f"{args.jobs} models at a time with {args.threads} thread(s) each. Beam 5; BLEU is sacreBLEU on detokenised output",
         "against the raw reference; perplexity is the best validation perplexity",
         "(measured at half and at the end of the budget). Times are training only:",
@@ -368,6 +377,12 @@ def write_results(results, args, path):
             f"| {TABLE4_LABELS.get(name, LUONG[name][2])} | {fmt(e.get('valid_ppl'))} | {e['bleu']:.2f} | {fmt(u.get('bleu'))} | "
             f"{e['wall_s']} / {e['cpu_s']} | {' | '.join(PAPER_TABLE4[name])} |"
         )
+    e, u = r.get("local_p_general_plain", {}), r.get("local_p_general_plain+unk", {})
+    if "bleu" in e:
+        lines.append(
+            f"| {LUONG['local_p_general_plain'][2]} | {fmt(e.get('valid_ppl'))} | {e['bleu']:.2f} | "
+            f"{fmt(u.get('bleu'))} | {e['wall_s']} / {e['cpu_s']} | | | |"
+        )
     lines += simple_table(
         r, BAHDANAU, "Bahdanau et al.: RNNsearch vs RNNencdec",
         ["Both without dropout, as in the paper; the paper columns are the -50 models (trained",
@@ -388,6 +403,9 @@ def write_results(results, args, path):
         "  CPU seconds are the figure to compare between rows.",
         "- One seed per row: differences of a few tenths of BLEU between such weak models",
         "  are within what another seed could change.",
+        "- Local-p without `--position-logit-bound`: trained with Adam, eq. (9)'s",
+        "  sigmoid saturates within the first updates and p_t stays at one end of the",
+        "  sentence (README, \"Saturation of p_t\"); the bound keeps it trainable.",
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
@@ -404,6 +422,8 @@ def main(argv=None):
     parser.add_argument("--max-tokens", type=int, default=2000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--window-size", type=int, default=14)
+    parser.add_argument("--position-logit-bound", type=float, default=4.0,
+                        help="local-p models' --position-logit-bound (0: the paper's plain training)")
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
