@@ -14,6 +14,10 @@ Conventions (true source positions, see source.py):
   as the window; the window always overlaps the sentence because D >= 1;
 - the Gaussian is applied after the softmax and the result is *not*
   renormalised (as in Luong's code); ``renormalize=True`` divides by the sum.
+- ``logit_bound`` B > 0 (``--position-logit-bound``, not in the paper): the
+  forward pass is unchanged; in backward, an element whose logit
+  v_pᵀ tanh(W_p h_t) lies beyond ±B gets no gradient pushing it further out,
+  so Adam cannot saturate the sigmoid of eq. (9) early in training.
 
 Every window offers the same two forms, each returning the same types:
 
