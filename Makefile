@@ -23,11 +23,14 @@ $(STAMP): requirements.txt pyproject.toml Makefile
 	$(PY) -c "import torch, fairseq, luong_plugin; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"
 	touch $@
 
-# The Bible texts (Debian packages, public domain) for the demo and the end-to-end tests.
+# Debian packages: the Bible texts (public domain) for the demo and the end-to-end
+# tests, and tcmalloc, which recipes/with_tcmalloc preloads for the demo, ladder and bench.
 sword:
-	@if [ ! -d $(SWORD)/spaRV1909eb ] || [ ! -d $(SWORD)/engWEB2015eb ]; then \
+	@if [ ! -d $(SWORD)/spaRV1909eb ] || [ ! -d $(SWORD)/engWEB2015eb ] \
+	   || ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libtcmalloc_minimal\.so\.4 '; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq sword-text-sparv sword-text-web; \
+	  $$SUDO apt-get update -qq \
+	  && $$SUDO apt-get install -y -qq sword-text-sparv sword-text-web libtcmalloc-minimal4; \
 	fi
 
 test: setup sword
@@ -41,11 +44,11 @@ demo: setup sword
 # one budget for all; writes docs/RESULTS.md (about an hour on 2 cores).
 ladder: setup sword
 	bash recipes/bible_es_en/prepare.sh
-	$(PY) recipes/bible_es_en/ladder.py
+	recipes/with_tcmalloc $(PY) recipes/bible_es_en/ladder.py
 
 # Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
-bench: setup
-	$(PY) bench/run.py
+bench: setup sword
+	recipes/with_tcmalloc $(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) data data-bin checkpoints runs

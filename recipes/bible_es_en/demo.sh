@@ -8,8 +8,8 @@
 # Every step is skipped when its outputs are newer than its inputs, so a second run
 # only prints the report again. Each step is also a command you can run alone:
 #   1. recipes/bible_es_en/prepare.sh --out data/bible_es_en
-#   2. fairseq-train ...   (the TRAIN_ARGS below)
-#   3. fairseq-generate ... --beam 5 --print-alignment soft
+#   2. recipes/with_tcmalloc fairseq-train ...   (the TRAIN_ARGS below)
+#   3. recipes/with_tcmalloc fairseq-generate ... --beam 5 --print-alignment soft
 #   4. python -m luong_plugin.analysis.report ...
 #   5. luong-bleu-by-length ... and luong-curves ...  (BLEU by source length, learning curve)
 set -euo pipefail
@@ -64,7 +64,7 @@ if [ -f "$RUN/.trained" ] && [ "$(cat "$RUN/.trained")" = "$params" ] \
   echo "[train] up to date, skipped ($RUN/train.log)"
 else
   rm -f "$RUN"/checkpoint*.pt "$RUN/.trained"
-  OMP_NUM_THREADS=$THREADS "$BIN_DIR/fairseq-train" "${TRAIN_ARGS[@]}" 2>&1 \
+  OMP_NUM_THREADS=$THREADS recipes/with_tcmalloc "$BIN_DIR/fairseq-train" "${TRAIN_ARGS[@]}" 2>&1 \
     | tee "$RUN/train.log" | grep --line-buffered -E "train_inner|valid \||done training"
   printf '%s\n' "$params" > "$RUN/.trained"
 fi
@@ -73,7 +73,7 @@ echo "== 3/5 decode the test chapters (beam 5)"
 if [ "$RUN/test.gen.txt" -nt "$RUN/.trained" ]; then
   echo "[generate] up to date, skipped"
 else
-  OMP_NUM_THREADS=$THREADS "$BIN_DIR/fairseq-generate" "${GEN_ARGS[@]}" \
+  OMP_NUM_THREADS=$THREADS recipes/with_tcmalloc "$BIN_DIR/fairseq-generate" "${GEN_ARGS[@]}" \
     > "$RUN/test.gen.txt.tmp" 2> "$RUN/generate.log"
   mv "$RUN/test.gen.txt.tmp" "$RUN/test.gen.txt"
 fi
