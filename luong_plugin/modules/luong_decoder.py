@@ -18,7 +18,9 @@ Two paths compute the same function:
   loop; each step multiplies only [h̃_{t-1}; h_{t-1}] by the recurrent half of
   the weights (``lstm_step``). The weights are ``nn.LSTM``'s own parameters,
   sliced and concatenated once per call (incremental decoding: once per
-  generation call, kept in the incremental state).
+  generation call, kept in the incremental state). In training, the gradient
+  of each recurrent weight and of W_c is one GEMM over all steps instead of
+  one product per step (``LoopWeight``, loop_weight.py).
 ``step_by_step=True`` runs the input-feeding loop without the feed (h̃ is not
 fed back): the per-step path of a no-feed model, to test and time the fused one.
 
@@ -47,18 +49,19 @@ from torch import Tensor
 
 from .attention import LuongAttention
 from .incremental import CachedStateDecoder
+from .loop_weight import LoopWeight
 from .source import attention_to_src_layout
 
 
-def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight_t: Tensor):
+def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: LoopWeight):
     """One LSTM cell step, torch's gate order i, f, g, o.
 
     ``gates_in`` (B x 4H) holds the part of W_ih x + b_ih + b_hh computed ahead
     of the loop; ``inputs`` (B x I) are the step's remaining inputs, h_{t-1}
-    last, and ``weight_t`` (I x 4H) their weights, transposed.
+    last, and ``weight`` (I x 4H) their weights, transposed.
         c_t = σ(f) ∘ c_{t-1} + σ(i) ∘ tanh(g),   h_t = σ(o) ∘ tanh(c_t)
     """
-    gates = torch.addmm(gates_in, inputs, weight_t)  # B x 4H
+    gates = weight.addmm(gates_in, inputs)  # B x 4H
     i, f, g, o = gates.chunk(4, dim=1)  # B x H each
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # B x H: c_t
     h = torch.sigmoid(o) * torch.tanh(c)  # B x H: h_t
@@ -168,6 +171,9 @@ class LuongDecoder(CachedStateDecoder):
         h̃_t is fed to step t + 1 with input feeding (§3.3)."""
         lstm, C = self.lstm, x.size(-1)
         layers = self._step_weights(C, incremental_state)
+        # each weight's gradient as one GEMM over all steps (loop_weight.py)
+        weights = [LoopWeight(weight_t) for weight_t, _ in layers]
+        combine = None if self.attention is None else LoopWeight(self.W_c.weight.t())  # eq. (5)
         # layer 0's input gates from y_{t-1}, all steps in one GEMM; unbind, not
         # slicing per step: one backward node instead of a B x T x 4H zero-fill per step
         gates_x = F.linear(x, lstm.weight_ih_l0[:, :C], layers[0][1])  # B x T x 4H
@@ -179,18 +185,18 @@ class LuongDecoder(CachedStateDecoder):
         attn_vecs, probs, centers = [], [], []
         for t in range(x.size(1)):
             gates_in, below = gates_x[t], None
-            for k, (weight_t, bias) in enumerate(layers):
+            for k, (weight, (_, bias)) in enumerate(zip(weights, layers)):
                 if k == 0:
                     inputs = [input_feed, hiddens[0]] if self.input_feeding else [hiddens[0]]
                 else:
                     gates_in = bias.expand(below.size(0), -1)  # B x 4H
                     inputs = [F.dropout(below, between, self.training), hiddens[k]]
                 hiddens[k], cells[k] = lstm_step(
-                    gates_in, torch.cat(inputs, dim=1), hiddens[k], cells[k], weight_t
+                    gates_in, torch.cat(inputs, dim=1), hiddens[k], cells[k], weight
                 )
                 below = hiddens[k]
             attn_vec, prob, center = self._attend(
-                below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1]
+                below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1], combine
             )  # B x 1 x O, B x 1 x S, B x 1
             if self.input_feeding:
                 input_feed = attn_vec.squeeze(1)  # B x O: h̃_t
@@ -233,9 +239,16 @@ class LuongDecoder(CachedStateDecoder):
         return layers
 
     def _attend(
-        self, query: Tensor, proj_keys: Optional[Tensor], encoder_out, steps: Tensor
+        self,
+        query: Tensor,
+        proj_keys: Optional[Tensor],
+        encoder_out,
+        steps: Tensor,
+        combine: Optional[LoopWeight] = None,
     ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
-        """h_t (B x T x H) -> h̃_t (B x T x O), a_t (B x T x S, true order), p_t."""
+        """h_t (B x T x H) -> h̃_t (B x T x O), a_t (B x T x S, true order), p_t.
+
+        ``combine``: W_c as a ``LoopWeight`` inside the per-step loop (T = 1)."""
         if self.attention is None:
             return query, None, None  # Base: softmax(W_s h_t)
         context, prob, extras = self.attention(
@@ -246,6 +259,10 @@ class LuongDecoder(CachedStateDecoder):
             encoder_out["src_lengths"],
             steps,
         )
-        attn_vec = torch.tanh(self.W_c(torch.cat([context, query], dim=-1)))  # eq. (5)
+        joint = torch.cat([context, query], dim=-1)  # B x T x (E + H): [c_t; h_t]
+        if combine is None:
+            attn_vec = torch.tanh(self.W_c(joint))  # B x T x O: eq. (5)
+        else:
+            attn_vec = torch.tanh(combine.addmm(None, joint.squeeze(1))).unsqueeze(1)  # B x 1 x O
         return attn_vec, prob, extras.get("p_t")
 
