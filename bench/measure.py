@@ -75,6 +75,56 @@ def make_update(model, criterion, batches: Sequence[dict], clip_norm: float = 1.
     return run
 
 
+def make_decoder_pass(model, batches: Sequence[dict], step_by_step: bool):
+    """One call = forward + backward of the decoder's feature path alone (LSTM,
+    attention, h̃_t; no output layer, no loss) on every batch, from encoder outputs
+    computed once: what the fused no-feed path replaces."""
+    model.train()
+    encoded = []
+    for sample in batches:
+        net_input = sample["net_input"]
+        with torch.no_grad():
+            encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+        encoder_out = {
+            k: v.detach().requires_grad_(v.is_floating_point()) if torch.is_tensor(v) else v
+            for k, v in encoder_out.items()
+        }
+        encoded.append((encoder_out, net_input["prev_output_tokens"]))
+
+    def run():
+        model.decoder.step_by_step = step_by_step
+        try:
+            for encoder_out, prev in encoded:
+                features, _ = model.decoder.extract_features(prev, encoder_out)  # B x T x O
+                features.sum().backward()
+        finally:
+            model.decoder.step_by_step = False
+
+    return run
+
+
+def make_output_pass(model, criterion, batches: Sequence[dict]):
+    """One call = forward + backward of the output layer and the loss alone, from
+    fixed decoder features: the part of an update that fairseq's lstm and ours
+    share operation for operation (W_s h̃_t, log-softmax, label-smoothed loss)."""
+    model.train()
+    fixed = []
+    for sample in batches:
+        net_input = sample["net_input"]
+        with torch.no_grad():
+            encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+            features, extra = model.decoder.extract_features(net_input["prev_output_tokens"], encoder_out)
+        fixed.append((features.requires_grad_(), extra, sample))
+
+    def run():
+        for features, extra, sample in fixed:
+            logits = model.decoder.output_layer(features)  # B x T x V
+            loss, _ = criterion.compute_loss(model, (logits, extra), sample)
+            loss.backward()
+
+    return run
+
+
 def target_tokens(batches: Sequence[dict]) -> int:
     return sum(int(b["ntokens"]) for b in batches)
 

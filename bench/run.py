@@ -124,6 +124,25 @@ def training(args, bin_dir, names, dropout, criterion, batches_per_round, sizes=
     return results, batches, dims, built
 
 
+def decoder_path(args, built, batches):
+    """Seconds of the decoder's feature path (forward + backward) of the no-feed
+    model, fused against per-step, and of each system's output layer + loss."""
+    model = built["global-general"][2]
+    jobs = {
+        "fused": measure.make_decoder_pass(model, batches, step_by_step=False),
+        "per-step": measure.make_decoder_pass(model, batches, step_by_step=True),
+    }
+    shared = [n for n in (REFERENCE, "global-general feed") if n in built]
+    for name in shared:
+        jobs["output " + name] = measure.make_output_pass(built[name][2], built[name][3], batches)
+    seconds, _ = measure.median_rounds(jobs, args.rounds)
+    return {
+        "fused": seconds["fused"],
+        "per_step": seconds["per-step"],
+        "output": {name: seconds["output " + name] for name in shared},
+    }
+
+
 def generation(args, bin_dir, names, sentences, batch_size):
     import torch  # noqa: F401
 
@@ -250,6 +269,10 @@ def main(argv=None):
             "flop_s": flops / train[name]["seconds"],
         }
         del spec
+
+    if "global-general" in built:
+        log("decoder path: fused vs per-step; output layer + loss alone")
+        results["decoder_path"] = decoder_path(args, built, batches)
 
     log("profile of one update")
     pair = [REFERENCE, "global-general feed"]
