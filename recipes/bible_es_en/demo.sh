@@ -4,7 +4,10 @@
 # the CPU, then beam search on the held-out test chapters, sacreBLEU and chrF with
 # their signatures, sample translations and an attention heatmap.
 #
-# usage: recipes/bible_es_en/demo.sh   (env DATA, RUN, MINUTES, PYTHON to override)
+# usage: recipes/bible_es_en/demo.sh   (env DATA, RUN, MINUTES, THREADS, PYTHON to override)
+#        PEER=lstm recipes/bible_es_en/demo.sh   fairseq's own `lstm` (global general
+#        attention, input feeding, same sizes), trained and decoded the same way, into
+#        runs/demo_lstm: the peer the demo is measured against
 # Every step is skipped when its outputs are newer than its inputs, so a second run
 # only prints the report again. Each step is also a command you can run alone:
 #   1. recipes/bible_es_en/prepare.sh --out data/bible_es_en
@@ -19,7 +22,12 @@ cd "$REPO"
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 BIN_DIR=$(dirname "$PYTHON")
 DATA=${DATA:-data/bible_es_en}
-RUN=${RUN:-runs/demo}
+PEER=${PEER:-}
+case "$PEER" in
+  "") RUN=${RUN:-runs/demo} ;;
+  lstm) RUN=${RUN:-runs/demo_lstm} ;;
+  *) echo "PEER must be empty (our model) or 'lstm' (fairseq's --arch lstm), got '$PEER'" >&2; exit 2 ;;
+esac
 MINUTES=${MINUTES:-15}
 THREADS=${THREADS:-$(nproc)}
 
@@ -30,16 +38,22 @@ THREADS=${THREADS:-$(nproc)}
 # never moves again; --position-logit-bound 4 keeps it trainable (README, "Saturation
 # of p_t"). Batches of 2000 tokens and Adam's beta2 = 0.98 give more, and more
 # useful, updates in 15 minutes than 4000 tokens and 0.999.
+MODEL_ARGS=(
+  --arch luong_wmt_en_de
+  --attention-window local-p --attention-score general --window-size 10
+  --position-logit-bound 4
+  --input-feeding --reverse-source
+)
+if [ "$PEER" = lstm ]; then
+  MODEL_ARGS=(--arch lstm --decoder-attention True)  # dropout 0.2 below: in/out of both LSTMs
+fi
 TRAIN_ARGS=(
   "$DATA/bin" --source-lang es --target-lang en --user-dir "$REPO/luong_plugin"
-  --arch luong_wmt_en_de
+  "${MODEL_ARGS[@]}"
   --encoder-layers 1 --decoder-layers 1
   --encoder-embed-dim 256 --encoder-hidden-size 256
   --decoder-embed-dim 256 --decoder-hidden-size 256 --decoder-out-embed-dim 256
-  --share-decoder-input-output-embed
-  --attention-window local-p --attention-score general --window-size 10
-  --position-logit-bound 4
-  --input-feeding --reverse-source --dropout 0.2
+  --share-decoder-input-output-embed --dropout 0.2
   --optimizer adam --adam-betas "(0.9, 0.98)" --lr 0.003 --clip-norm 1.0
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1
   --max-tokens 2000 --max-epoch 30 --stop-time-hours "$(awk "BEGIN{print $MINUTES/60}")"
@@ -84,6 +98,6 @@ echo "== 4/5 report"
 
 echo "== 5/5 analysis: BLEU by source length (Luong Fig. 6), learning curve (Fig. 5)"
 "$PYTHON" -m luong_plugin.analysis.bleu_by_length --source "$DATA/raw/test.es" \
-  --reference "$DATA/raw/test.en" "demo=$RUN/test.hyp" --png "$RUN/bleu_by_length.png"
-"$PYTHON" -m luong_plugin.analysis.curves "demo=$RUN/train.log" --metric ppl \
+  --reference "$DATA/raw/test.en" "${PEER:-demo}=$RUN/test.hyp" --png "$RUN/bleu_by_length.png"
+"$PYTHON" -m luong_plugin.analysis.curves "${PEER:-demo}=$RUN/train.log" --metric ppl \
   --png "$RUN/learning_curve.png"
