@@ -75,6 +75,13 @@ def make_update(model, criterion, batches: Sequence[dict], clip_norm: float = 1.
     return run
 
 
+def _encode(model, sample: dict):
+    """The encoder's output for a batch, without autograd."""
+    net_input = sample["net_input"]
+    with torch.no_grad():
+        return model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+
+
 def make_decoder_pass(model, batches: Sequence[dict], step_by_step: bool):
     """One call = forward + backward of the decoder's feature path alone (LSTM,
     attention, h̃_t; no output layer, no loss) on every batch, from encoder outputs
@@ -82,14 +89,11 @@ def make_decoder_pass(model, batches: Sequence[dict], step_by_step: bool):
     model.train()
     encoded = []
     for sample in batches:
-        net_input = sample["net_input"]
-        with torch.no_grad():
-            encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
         encoder_out = {
             k: v.detach().requires_grad_(v.is_floating_point()) if torch.is_tensor(v) else v
-            for k, v in encoder_out.items()
+            for k, v in _encode(model, sample).items()
         }
-        encoded.append((encoder_out, net_input["prev_output_tokens"]))
+        encoded.append((encoder_out, sample["net_input"]["prev_output_tokens"]))
 
     def run():
         model.decoder.step_by_step = step_by_step
@@ -110,10 +114,11 @@ def make_output_pass(model, criterion, batches: Sequence[dict]):
     model.train()
     fixed = []
     for sample in batches:
-        net_input = sample["net_input"]
+        encoder_out = _encode(model, sample)
         with torch.no_grad():
-            encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
-            features, extra = model.decoder.extract_features(net_input["prev_output_tokens"], encoder_out)
+            features, extra = model.decoder.extract_features(
+                sample["net_input"]["prev_output_tokens"], encoder_out
+            )  # B x T x O
         fixed.append((features.requires_grad_(), extra, sample))
 
     def run():

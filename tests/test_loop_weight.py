@@ -101,3 +101,22 @@ def test_input_feeding_decoder_gradients_equal_plain_autograd(window, score, lay
     assert len(plain) == len([p for p in model.parameters() if p.requires_grad])
     for name in plain:
         torch.testing.assert_close(taped[name], plain[name], atol=1e-10, rtol=1e-10, msg=name)
+
+
+def test_input_feeding_decoder_trains_under_autocast(monkeypatch):
+    """fairseq's --amp runs the forward under autocast: half-precision products with
+    fp32 weights. The taped backward must accept that mix and match plain autograd."""
+    model = spread_parameters(build("luong_tiny", attention_window="global", input_feeding=True))
+    src, lengths = random_batch(model.encoder.dictionary, [9, 4])
+    prev = random_prev_output(model.decoder.dictionary, 2, 6)
+    grads = {}
+    for name, cls in (("taped", LoopWeight), ("plain", PlainLoopWeight)):
+        monkeypatch.setattr(luong_decoder, "LoopWeight", cls)
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, _ = model(src, lengths, prev)
+        logits.float().log_softmax(-1).mean().backward()
+        grads[name] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        assert all(g.dtype == torch.float32 for g in grads[name].values())
+    for n in grads["plain"]:
+        torch.testing.assert_close(grads["taped"][n], grads["plain"][n], atol=2e-2, rtol=2e-2, msg=n)

@@ -49,10 +49,10 @@ class _Shared(torch.autograd.Function):
         steps = sorted(tape.grads)
         if not steps:
             return None, None
-        inputs = torch.cat([tape.inputs[t] for t in steps])  # (T·B) x I
         grads = torch.cat([tape.grads[t] for t in steps])  # (T·B) x N
+        inputs = torch.cat([tape.inputs[t] for t in steps]).to(grads.dtype)  # (T·B) x I
         tape.grads = {}  # a retained graph refills it
-        return inputs.t().mm(grads), None  # I x N
+        return inputs.t().mm(grads), None  # I x N (autograd casts it to W's dtype)
 
 
 class _StepAddmm(torch.autograd.Function):
@@ -77,7 +77,8 @@ class _StepAddmm(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_bias = grad if ctx.bias_rows else grad.sum(0, keepdim=True)
         if ctx.needs_input_grad[1]:
-            grad_inputs = grad.mm(weight.t())  # B x I
+            # under autocast the forward ran in half precision and W may be fp32
+            grad_inputs = grad.mm(weight.t().to(grad.dtype))  # B x I
         return grad_bias, grad_inputs, None, None
 
 
