@@ -173,7 +173,9 @@ class LuongDecoder(CachedStateDecoder):
         layers = self._step_weights(C, incremental_state)
         # each weight's gradient as one GEMM over all steps (loop_weight.py)
         weights = [LoopWeight(weight_t) for weight_t, _ in layers]
-        combine = None if self.attention is None else LoopWeight(self.W_c.weight.t())  # eq. (5)
+        combine = None  # eq. (5)'s W_c: nn.Linear, or taped in training
+        if self.attention is not None and torch.is_grad_enabled():
+            combine = LoopWeight(self.W_c.weight.t())
         # layer 0's input gates from y_{t-1}, all steps in one GEMM; unbind, not
         # slicing per step: one backward node instead of a B x T x 4H zero-fill per step
         gates_x = F.linear(x, lstm.weight_ih_l0[:, :C], layers[0][1])  # B x T x 4H
