@@ -58,7 +58,7 @@ def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: Lo
 
     ``gates_in`` (B x 4H) holds the part of W_ih x + b_ih + b_hh computed ahead
     of the loop; ``inputs`` (B x I) are the step's remaining inputs, h_{t-1}
-    last, and ``weight`` (I x 4H) their weights, transposed.
+    last, and ``weight`` their weights (I x 4H, transposed) as a ``LoopWeight``.
         c_t = σ(f) ∘ c_{t-1} + σ(i) ∘ tanh(g),   h_t = σ(o) ∘ tanh(c_t)
     """
     gates = weight.addmm(gates_in, inputs)  # B x 4H
