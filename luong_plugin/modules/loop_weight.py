@@ -90,7 +90,7 @@ class LoopWeight:
 
     def __init__(self, weight_t: Tensor):
         self.taped = torch.is_grad_enabled() and weight_t.requires_grad
-        self.tape = _Tape()
+        self.tape = _Tape() if self.taped else None  # generation: nothing to record
         self.weight_t = _Shared.apply(weight_t, self.tape) if self.taped else weight_t
 
     def addmm(self, bias: Optional[Tensor], inputs: Tensor) -> Tensor:
