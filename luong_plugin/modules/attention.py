@@ -3,30 +3,38 @@
     a_t(s) = softmax_s(score(h_t, h̄_s)) over the window, times the window prior
     c_t    = Σ_s a_t(s) h̄_s
 
-Two implementations of the same weights (windows.py):
+Three implementations of the same weights (windows.py):
 - masked: score every source position, mask what the window excludes, softmax
   over S. Global attention and short sources take this path.
+- sliced (local windows): the masked path over the narrowest slice lo .. hi - 1
+  of positions that holds every window of the batch: no copy, O(D) per step
+  when the windows sit together (decoding a batch of similar lengths: local-m
+  centres every sentence longer than t on t).
 - gathered (local windows): gather the 2D + 1 keys of each window, score and
   softmax only those, and scatter the weights back into the B x T x S map, so a
-  step costs O(D) rather than O(S). Taken when the source is longer than
-  ``GATHER_FROM`` windows; ``masked`` and ``gathered`` can be called directly.
-Either way the returned map covers the whole source, B x T x S.
+  step costs O(D) rather than O(S) wherever the windows lie.
+``forward`` takes the masked path while the source (or, for ``sliced``, the
+slice) is shorter than ``GATHER_FROM`` windows, and gathers beyond; each path
+can be called directly. Either way the returned map covers the whole source,
+B x T x S.
 
 Shape legend: B batch, T target len, S source len (padded), E encoder dim, H
-decoder hidden, K projected key dim, W window width 2D + 1.
+decoder hidden, K projected key dim, W window width 2D + 1, U slice length.
 """
 
 from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
 from .scores import build_score, take_positions
 from .windows import build_window
 
-# gather once the source is this many windows long: below it, a few wasted
-# scores in one batched product cost less than gathering
+# gather once the source (or the slice of it that holds every window) is this
+# many windows long: below it, a few wasted scores in one batched product cost
+# less than gathering
 GATHER_FROM = 2
 
 
@@ -103,24 +111,58 @@ class LuongAttention(nn.Module):
         steps: Tensor,  # T: 0-based target positions t
     ) -> Tuple[Tensor, Tensor, Dict[str, Tensor]]:
         args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
-        if self.window.span is not None and values.size(1) >= GATHER_FROM * self.window.width:
-            return self.gathered(*args)
-        return self.masked(*args)
+        S, most = values.size(1), GATHER_FROM * getattr(self.window, "width", 0)
+        if self.window.span is None or S < most:
+            return self.masked(*args)
+        centre = self.window.centre(query, steps, src_lengths)  # (p_t, integer centre), B x T
+        lo, hi = self.window_slice(centre[1], S)
+        if hi - lo < most:
+            return self.sliced(*args, lo=lo, hi=hi, centre=centre)
+        return self.gathered(*args, centre=centre)
+
+    def window_slice(self, mid: Tensor, src_len: int) -> Tuple[int, int]:
+        """(lo, hi): the positions lo .. hi - 1 hold every window centred on ``mid``."""
+        D = self.window.window_size
+        low, high = torch.aminmax(mid)
+        return max(int(low) - D, 0), min(int(high) + D + 1, src_len)
 
     def masked(self, query, proj_keys, values, src_pad_mask, src_lengths, steps):
         """Score all S positions, exclude padding and what the window leaves out."""
-        scores = self.score(query, proj_keys)  # B x T x S
-        outside, prior, extras = self.window.mask(query, steps, src_lengths, values.size(1))
-        excluded = src_pad_mask.unsqueeze(1)  # B x 1 x S
+        args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
+        return self._masked_over(*args, 0, values.size(1))
+
+    def sliced(
+        self, query, proj_keys, values, src_pad_mask, src_lengths, steps,
+        lo=None, hi=None, centre=None,
+    ):  # fmt: skip
+        """The masked path over the positions lo .. hi - 1 only (a local window's
+        weight is 0 outside it); the weights are padded back to B x T x S."""
+        if centre is None:
+            centre = self.window.centre(query, steps, src_lengths)
+        if lo is None:
+            lo, hi = self.window_slice(centre[1], values.size(1))
+        args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
+        return self._masked_over(*args, lo, hi, centre)
+
+    def _masked_over(
+        self, query, proj_keys, values, src_pad_mask, src_lengths, steps, lo, hi, centre=None
+    ):
+        S, part = values.size(1), slice(lo, hi)
+        positions = torch.arange(lo, hi, device=values.device)  # S|U
+        scores = self.score(query, proj_keys, part)  # B x T x (S|U)
+        outside, prior, extras = self.window.mask(query, steps, src_lengths, positions, centre)
+        excluded = src_pad_mask[:, part].unsqueeze(1)  # B x 1 x (S|U)
         if outside is not None:
-            excluded = excluded | outside  # B x T x S
-        context, probs = attend(scores, excluded, prior, values, self.window.renormalize)
+            excluded = excluded | outside  # B x T x (S|U)
+        context, probs = attend(scores, excluded, prior, values[:, part], self.window.renormalize)
+        if (lo, hi) != (0, S):
+            probs = F.pad(probs, (lo, S - hi))  # B x T x S
         return context, probs, extras
 
-    def gathered(self, query, proj_keys, values, src_pad_mask, src_lengths, steps):
+    def gathered(self, query, proj_keys, values, src_pad_mask, src_lengths, steps, centre=None):
         """Score only the window's W positions; scatter the weights into B x T x S."""
         B, T, S = query.size(0), query.size(1), values.size(1)
-        index, outside, prior, extras = self.window.span(query, steps, src_lengths, S)
+        index, outside, prior, extras = self.window.span(query, steps, src_lengths, S, centre)
         scores = self.score(query, proj_keys, index)  # B x T x W
         probs = attention_weights(scores, outside, prior, self.window.renormalize)
         window_values = take_positions(values, index)  # B x T x W x E

@@ -13,21 +13,28 @@ Scores are stateless: ``precompute(keys)`` projects the encoder states once per
 sentence and the caller passes the result back in at every step.
 
 ``forward(query, proj_keys)`` scores every source position (B x T x S);
-``forward(query, proj_keys, index)`` only the positions ``index`` (B x T x W,
-a local window's 2D + 1 positions, see windows.py), B x T x W.
+``forward(query, proj_keys, index)`` only some: ``index`` a ``slice`` of
+positions shared by the whole batch (U of them: B x T x U), or a B x T x W
+tensor of positions (a local window's 2D + 1 positions, see windows.py:
+B x T x W).
 
 Shape legend: B batch, T target len, S source len (padded), E key dim (encoder
 output), H query dim (decoder hidden), A concat/additive hidden dim, W window
 width (2D + 1).
 """
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from .options import OptionError, lookup
+
+# which positions to score: None (all S), a slice (U, the same for the whole
+# batch) or a B x T x W tensor (W per step)
+Index = Optional[Union[slice, Tensor]]
+ALL = slice(None)
 
 
 def take_positions(x: Tensor, index: Tensor) -> Tensor:
@@ -47,9 +54,10 @@ class _BilinearScore(nn.Module):
     def precompute(self, keys: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def forward(self, query: Tensor, proj_keys: Tensor, index: Optional[Tensor] = None):
-        if index is None:
-            return torch.bmm(query, proj_keys.transpose(1, 2))  # B x T x S
+    def forward(self, query: Tensor, proj_keys: Tensor, index: Index = None):
+        if not torch.is_tensor(index):  # all S, or a slice of U
+            keys = proj_keys[:, index or ALL]  # B x (S|U) x K
+            return torch.bmm(query, keys.transpose(1, 2))  # B x T x (S|U)
         keys = take_positions(proj_keys, index)  # B x T x W x K
         return (keys * query.unsqueeze(2)).sum(-1)  # B x T x W
 
@@ -95,13 +103,13 @@ class ConcatScore(nn.Module):
     def precompute(self, keys: Tensor) -> Tensor:
         return self.W_k(keys)  # B x S x A: U_a h_j [+ b_a], once per sentence
 
-    def forward(self, query: Tensor, proj_keys: Tensor, index: Optional[Tensor] = None):
-        if index is None:
-            keys = proj_keys.unsqueeze(1)  # B x 1 x S x A
+    def forward(self, query: Tensor, proj_keys: Tensor, index: Index = None):
+        if not torch.is_tensor(index):  # all S, or a slice of U
+            keys = proj_keys[:, index or ALL].unsqueeze(1)  # B x 1 x (S|U) x A
         else:
             keys = take_positions(proj_keys, index)  # B x T x W x A
-        hidden = torch.tanh(self.W_q(query).unsqueeze(2) + keys)  # B x T x (S|W) x A
-        return self.v_a(hidden).squeeze(-1)  # B x T x (S|W)
+        hidden = torch.tanh(self.W_q(query).unsqueeze(2) + keys)  # B x T x (S|U|W) x A
+        return self.v_a(hidden).squeeze(-1)  # B x T x (S|U|W)
 
 
 class LocationScore(nn.Module):
@@ -126,7 +134,7 @@ class LocationScore(nn.Module):
     def precompute(self, keys: Tensor) -> Tensor:
         return keys  # B x S x E, only its length is used
 
-    def forward(self, query: Tensor, proj_keys: Tensor, index: Optional[Tensor] = None):
+    def forward(self, query: Tensor, proj_keys: Tensor, index: Index = None):
         S = proj_keys.size(1)
         if S > self.max_source_positions:
             raise OptionError(
@@ -135,7 +143,9 @@ class LocationScore(nn.Module):
                 "score (--attention-score location) was built for"
             )
         scores = self.W_a(query)[:, :, :S]  # B x T x S
-        return scores if index is None else scores.gather(2, index)  # B x T x W
+        if not torch.is_tensor(index):  # all S, or a slice of U
+            return scores[:, :, index or ALL]  # B x T x (S|U)
+        return scores.gather(2, index)  # B x T x W
 
 
 SCORES = {

@@ -21,9 +21,10 @@ Conventions (true source positions, see source.py):
 
 Every window offers the same two forms, each returning the same types:
 
-- ``mask(query, steps, src_lengths, src_len)`` -> (outside, prior, extras) over
-  the whole padded source: ``outside`` B x T x S, True where excluded, and
-  ``prior`` B x T x S, the multiplier applied after the softmax; either is
+- ``mask(query, steps, src_lengths, positions)`` -> (outside, prior, extras)
+  over the source positions ``positions`` (1-D: all S of the padded source, or
+  a slice of them, U): ``outside`` B x T x (S|U), True where excluded, and
+  ``prior`` B x T x (S|U), the multiplier applied after the softmax; either is
   None when it is a no-op (global: nothing excluded, no prior; local-m: no
   prior). This is the plain, masked implementation.
 - ``span(query, steps, src_lengths, src_len)`` -> (index, outside, prior,
@@ -34,6 +35,8 @@ Every window offers the same two forms, each returning the same types:
   ``index`` and the weights scattered back into the B x T x S map
   (attention.py). ``span`` is None for the global window.
 
+Both local forms take an optional ``centre``, the (p_t, integer centre) pair of
+``centre()``, so a caller that has it already does not compute it twice.
 ``extras`` holds ``p_t`` (B x T) for the local windows. Both forms give the same
 attention weights; the masked one is the test oracle for the gathered one.
 
@@ -55,7 +58,7 @@ class GlobalWindow(nn.Module):
     def __init__(self, query_dim: int, window_size: int = 0, **unused):
         super().__init__()
 
-    def mask(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
+    def mask(self, query, steps, src_lengths, positions, centre=None):
         return None, None, {}  # nothing excluded but padding, no prior
 
 
@@ -80,14 +83,15 @@ class _LocalWindow(nn.Module):
     def prior(self, p_t: Tensor, positions: Tensor):
         return None  # no prior
 
-    def mask(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
-        p_t, mid = self.centre(query, steps, src_lengths)  # B x T
-        positions = torch.arange(src_len, device=query.device)  # S
-        outside = (positions - mid.unsqueeze(-1)).abs() > self.window_size  # B x T x S
+    def mask(
+        self, query: Tensor, steps: Tensor, src_lengths: Tensor, positions: Tensor, centre=None
+    ):
+        p_t, mid = centre or self.centre(query, steps, src_lengths)  # B x T
+        outside = (positions - mid.unsqueeze(-1)).abs() > self.window_size  # B x T x (S|U)
         return outside, self.prior(p_t, positions), {"p_t": p_t}
 
-    def span(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int):
-        p_t, mid = self.centre(query, steps, src_lengths)  # B x T
+    def span(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int, centre=None):
+        p_t, mid = centre or self.centre(query, steps, src_lengths)  # B x T
         D = self.window_size
         offsets = torch.arange(-D, D + 1, device=query.device)  # W
         positions = mid.unsqueeze(-1) + offsets  # B x T x W
