@@ -110,7 +110,8 @@ def make_decoder_pass(model, batches: Sequence[dict], step_by_step: bool):
 def make_output_pass(model, criterion, batches: Sequence[dict]):
     """One call = forward + backward of the output layer and the loss alone, from
     fixed decoder features: the part of an update that fairseq's lstm and ours
-    share operation for operation (W_s h̃_t, log-softmax, label-smoothed loss)."""
+    share operation for operation (W_s h̃_t, log-softmax, label-smoothed loss),
+    or the fused loss's version of it."""
     model.train()
     fixed = []
     for sample in batches:
@@ -121,10 +122,17 @@ def make_output_pass(model, criterion, batches: Sequence[dict]):
             )  # B x T x O
         fixed.append((features.requires_grad_(), extra, sample))
 
+    from luong_plugin.criterions.fused_cross_entropy import (
+        FusedLabelSmoothedCrossEntropyCriterion as Fused,
+    )
+
     def run():
         for features, extra, sample in fixed:
-            logits = model.decoder.output_layer(features)  # B x T x V
-            loss, _ = criterion.compute_loss(model, (logits, extra), sample)
+            if isinstance(criterion, Fused):  # chunks of real tokens, no B x T x V logits
+                loss = criterion.loss_of_features(model, features, sample)[0]
+            else:
+                logits = model.decoder.output_layer(features)  # B x T x V
+                loss, _ = criterion.compute_loss(model, (logits, extra), sample)
             loss.backward()
 
     return run
@@ -193,25 +201,43 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def memory_in_child(run_py: str, name: str, argv: Sequence[str]) -> Dict[str, int]:
-    """Peak resident memory of training ``name`` in a fresh process (run.py --memory-child)."""
+def json_from_child(run_py: str, argv: Sequence[str], env=None):
+    """Run ``run.py argv`` in a fresh process; the JSON of its last output line."""
     out = subprocess.run(
-        [sys.executable, run_py, *argv, "--memory-child", name],
-        check=True,
-        capture_output=True,
-        text=True,
+        [sys.executable, run_py, *argv], check=True, capture_output=True, text=True, env=env
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
+def memory_in_child(run_py: str, name: str, argv: Sequence[str]) -> Dict[str, int]:
+    """Peak resident memory of training ``name`` in a fresh process (run.py --memory-child)."""
+    return json_from_child(run_py, [*argv, "--memory-child", name])
+
+
+def without_tcmalloc(env: Dict[str, str]) -> Dict[str, str]:
+    """``env`` with tcmalloc taken out of LD_PRELOAD (recipes/with_tcmalloc puts it there)."""
+    env = dict(env)
+    kept = [lib for lib in env.pop("LD_PRELOAD", "").split(":") if lib and "tcmalloc" not in lib]
+    if kept:
+        env["LD_PRELOAD"] = ":".join(kept)
+    return env
+
+
 # -- attention cost against the source length ------------------------------------
 def attention_step_times(
-    attentions: Dict[str, Callable], lengths: Sequence[int], batch: int, hidden: int, rounds: int
+    attentions: Dict[str, Callable],
+    lengths: Sequence[int],
+    batch: int,
+    hidden: int,
+    rounds: int,
+    repeat: int = 20,
 ) -> Dict[str, Dict[int, float]]:
     """Seconds per decoding step (T = 1, forward) of each attention, for each S.
 
     ``attentions`` maps a label to f(query, proj_keys, values, pad_mask, lengths,
-    steps) with the module's ``precompute`` applied by the caller once per S."""
+    steps) with the module's ``precompute`` applied by the caller once per S. A
+    step takes a fraction of a millisecond: each round times ``repeat`` steps in
+    a row, so the clock's and the scheduler's noise spread over them."""
     results = {name: {} for name in attentions}
     for S in lengths:
         g = torch.Generator().manual_seed(S)
@@ -223,13 +249,12 @@ def attention_step_times(
         jobs = {}
         for name, (module, call) in attentions.items():
             proj_keys = module.precompute(keys)
-            jobs[name] = (
-                lambda call=call, pk=proj_keys: call(query, pk, keys, pad_mask, src_lengths, steps)
-            )
+            args = (query, proj_keys, keys, pad_mask, src_lengths, steps)
+            jobs[name] = lambda call=call, args=args: [call(*args) for _ in range(repeat)]
         with torch.no_grad():
-            seconds, _ = median_rounds(jobs, rounds, warmup=3)
+            seconds, _ = median_rounds(jobs, rounds, warmup=1)
         for name, s in seconds.items():
-            results[name][S] = s
+            results[name][S] = s / repeat
     return results
 
 

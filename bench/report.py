@@ -1,7 +1,7 @@
 """docs/BENCHMARKS.md from the results of run.py: tables, ratios, and the targets
 checked against the numbers of the same run."""
 
-from systems import REFERENCE, SYSTEMS
+from systems import FUSED, REFERENCE, SYSTEMS
 
 OURS = "global-general feed"
 
@@ -26,12 +26,31 @@ def targets(r: dict) -> list:
     """(target, measured, verdict) rows for the issue's targets."""
     rows = []
     train = r["train"]
-    if REFERENCE in train and OURS in train:
-        ratio = train[OURS]["tok_s"] / train[REFERENCE]["tok_s"]
-        rows.append(("training, global-general + feeding vs fairseq lstm >= 1.2x", f"{ratio:.2f}x", _verdict(ratio, 1.2)))
-    if "global-general per-step" in train and "global-general" in train:
-        ratio = train["global-general"]["tok_s"] / train["global-general per-step"]["tok_s"]
-        rows.append(("no feeding: fused path vs per-step path >= 2.5x", f"{ratio:.2f}x", _verdict(ratio, 2.5)))
+    pairs = [
+        (OURS, REFERENCE, "both with fairseq's loss"),
+        (OURS + FUSED, REFERENCE, "ours with the fused loss, fairseq lstm with its own"),
+        (OURS + FUSED, REFERENCE + FUSED, "both with the fused loss"),
+    ]
+    for ours, peer, how in pairs:
+        if ours in train and peer in train:
+            ratio = train[ours]["tok_s"] / train[peer]["tok_s"]
+            rows.append((f"training, global-general + feeding vs fairseq lstm >= 1.2x ({how})",
+                         f"{ratio:.2f}x", _verdict(ratio, 1.2)))
+    malloc = r.get("malloc")
+    if malloc:
+        glibc = malloc["train"]
+        for ours, peer, how in pairs:
+            if ours in glibc and peer in glibc:
+                ratio = glibc[ours]["tok_s"] / glibc[peer]["tok_s"]
+                rows.append((f"the same on {malloc['allocator']}'s allocator ({how})", f"{ratio:.2f}x",
+                             _verdict(ratio, 1.2)))
+    for loss in ("", FUSED):
+        fused, stepped = "global-general" + loss, "global-general per-step" + loss
+        if fused in train and stepped in train:
+            ratio = train[fused]["tok_s"] / train[stepped]["tok_s"]
+            how = "fused loss" if loss else "fairseq's loss"
+            rows.append((f"no feeding: fused path vs per-step path >= 2.5x ({how})", f"{ratio:.2f}x",
+                         _verdict(ratio, 2.5)))
     path = r.get("decoder_path")
     if path:
         ratio = path["per_step"] / path["fused"]
@@ -42,9 +61,12 @@ def targets(r: dict) -> list:
         ratio = gen[OURS]["sent_s"] / gen[REFERENCE]["sent_s"]
         rows.append(("beam-5 generation vs fairseq lstm >= 1.2x", f"{ratio:.2f}x", _verdict(ratio, 1.2)))
     mem = r.get("memory", {})
-    if REFERENCE in mem and OURS in mem:
-        ratio = mem[OURS]["peak"] / mem[REFERENCE]["peak"]
-        rows.append(("peak memory vs fairseq lstm <= 1.0x", f"{ratio:.2f}x", _verdict(ratio, 1.0, False)))
+    for ours in (OURS, OURS + FUSED):
+        if REFERENCE in mem and ours in mem:
+            ratio = mem[ours]["peak"] / mem[REFERENCE]["peak"]
+            how = " (ours with the fused loss)" if ours.endswith(FUSED) else ""
+            rows.append((f"peak memory vs fairseq lstm <= 1.0x{how}", f"{ratio:.2f}x",
+                         _verdict(ratio, 1.0, False)))
     att = r.get("attention", {})
     for window in ("local-m", "local-p"):
         times = att.get(window, {})
@@ -52,10 +74,13 @@ def targets(r: dict) -> list:
             ratio = times[400] / times[25]
             rows.append((f"{window} step time, S=400 vs S=25 <= 1.3x", f"{ratio:.2f}x", _verdict(ratio, 1.3, False)))
     flops = r.get("flops_paper", r.get("flops", {}))
-    if OURS in flops:
-        util = flops[OURS]["utilisation"]
-        shape = "paper shape 4 x 1000" if "flops_paper" in r else "demo shape 1 x 256"
-        rows.append((f"training utilisation ({shape}) >= 35% of GEMM peak", f"{util:.0%}", _verdict(util, 0.35)))
+    for ours in (OURS, OURS + FUSED):
+        if ours in flops:
+            util = flops[ours]["utilisation"]
+            shape = "paper shape 4 x 1000" if "flops_paper" in r else "demo shape 1 x 256"
+            how = ", fused loss" if ours.endswith(FUSED) else ""
+            rows.append((f"training utilisation ({shape}{how}) >= 35% of GEMM peak", f"{util:.0%}",
+                         _verdict(util, 0.35)))
     return rows
 
 
@@ -109,7 +134,11 @@ def markdown(r: dict) -> str:
         "h_t^T W h̄_s with input feeding, unidirectional encoder). Ours: `--arch luong_wmt_en_de",
         "--no-reverse-source` with the window / score / feeding of each row; same dimension flags.",
         "Both: dropout 0 (`--dropout 0` also zeroes fairseq's `--encoder/decoder-dropout-in/out`),",
-        "`label_smoothed_cross_entropy --label-smoothing 0.1`, Adam, gradient clipping at 1.",
+        "`label_smoothed_cross_entropy --label-smoothing 0.1`, Adam, gradient clipping at 1. Rows named",
+        f"\"...{FUSED}\" train with `--criterion fused_label_smoothed_cross_entropy --label-smoothing 0.1`",
+        "instead (`luong_plugin/criterions/fused_cross_entropy.py`): the same loss and gradients (tested",
+        "equal to fairseq's), with the output layer run over the real target tokens only, in chunks,",
+        "and no B x T x V logits held. It works for fairseq's lstm too, so both models are timed with it.",
         "An update is forward, backward, clip and Adam step, as in fairseq-train (data loading and",
         "logging excluded, identical for both).",
         "",
@@ -149,6 +178,10 @@ def markdown(r: dict) -> str:
                 f"and attends for all steps in one batched product: **{fused / step:.2f}x** the same model",
                 "forced through the per-step loop (`decoder.step_by_step = True`; tested equal in",
                 "`tests/test_fast_paths.py`)."]
+        if "global-general per-step" + FUSED in r["train"]:
+            fused = r["train"]["global-general" + FUSED]["tok_s"]
+            step = r["train"]["global-general per-step" + FUSED]["tok_s"]
+            out[-1] += f" Both trained with the fused loss: **{fused / step:.2f}x**."
     path = r.get("decoder_path")
     if path:
         out += ["", "That ratio is of whole updates, which also hold the encoder, the output layer and the",
@@ -177,6 +210,29 @@ def markdown(r: dict) -> str:
                 needed = "the 1.2x target is out of reach at this size."
             out += ["", f"A decoder and encoder that took no time at all would make an update {bound:.2f}x",
                     f"fairseq's lstm; {needed}"]
+            if REFERENCE + FUSED in path["output"]:
+                gain = path["output"][REFERENCE] / path["output"][REFERENCE + FUSED]
+                out += ["The fused loss does that part of fairseq's lstm's update "
+                        f"{gain:.2f}x faster (rows \"{FUSED.lstrip(', ')}\")."]
+
+    malloc = r.get("malloc")
+    if malloc:
+        train = malloc["train"]
+        ref = train[REFERENCE]["tok_s"]
+        out += ["", f"## Training with {malloc['allocator']}'s allocator", "",
+                "`recipes/with_tcmalloc` (`make bench`, `make demo`) preloads tcmalloc; a plain",
+                "`fairseq-train` runs on glibc's malloc, which hands every buffer of more than a few",
+                "megabytes back to the kernel when it is freed and faults it in again at the next",
+                "update (the B x T x V logits and their gradients are ~128 MB each here). A child",
+                "process started without tcmalloc times these systems, interleaved as above; the last",
+                f"column compares each with its own figure in the main table ({malloc['parent']}, the",
+                "parent process: not interleaved with the child, so a rougher ratio).", "",
+                f"| system | target tok/s | vs fairseq lstm | {malloc['parent']} vs {malloc['allocator']} |",
+                "|---|---:|---:|---:|"]
+        for name, v in train.items():
+            main = r["train"].get(name, {}).get("tok_s")
+            out.append(f"| {name} | {_fmt(v['tok_s'])} | {_ratio(v['tok_s'], ref)} | "
+                       f"{_ratio(main, v['tok_s']) if main else ''} |")
 
     gen = r.get("generate", {})
     if gen:
@@ -208,10 +264,17 @@ def markdown(r: dict) -> str:
         lengths = sorted(next(iter(att.values())))
         out += ["", "## Attention cost against the source length", "",
                 "One decoding step (T = 1, forward, no grad) of the attention module alone, general score,",
-                f"batch 64, {d['H']} dims, D = 10; milliseconds per step. Local windows gather the 2D + 1 keys",
-                "once the source is at least two windows long (`GATHER_FROM` in",
-                "`luong_plugin/modules/attention.py`); `local-p masked` always scores all S (the masked",
-                "implementation, the test oracle), `local-p gathered` always gathers.", "",
+                f"batch 64, {d['H']} dims, D = 10, every sentence S long, the step t = S / 2; milliseconds",
+                "per step. Below two windows of source (`GATHER_FROM` in `luong_plugin/modules/attention.py`)",
+                "local windows take the masked path. Beyond, they score the slice of the source that holds",
+                "every window of the batch while it is shorter than two windows (`sliced`: here local-m,",
+                "whose windows all centre on t), and gather the 2D + 1 keys of each window otherwise",
+                "(`gathered`: here local-p, whose predicted centres spread over the source). In decoding,",
+                "local-m slices while its centres min(t, S_b - 1) lie less than 2D + 1 apart across the",
+                "batch: at every step for sentences of one length, and for fairseq's batches of similar",
+                "lengths at least until t passes the shortest.",
+                "`local-p masked` always scores all S (the masked implementation, the test oracle);",
+                "`local-p gathered` and `local-m gathered` always gather.", "",
                 "| S | " + " | ".join(att) + " |", "|---:|" + "---:|" * len(att)]
         for S in lengths:
             out.append(f"| {S} | " + " | ".join(f"{att[w][S] * 1e3:.3f}" for w in att) + " |")

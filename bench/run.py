@@ -27,6 +27,9 @@ sys.path.insert(0, HERE)
 import measure  # noqa: E402
 import report  # noqa: E402
 from systems import (  # noqa: E402
+    FAIRSEQ_LSTM,
+    FUSED,
+    FUSED_CRITERION,
     PAPER_SIZES,
     QUICK_SYSTEMS,
     REFERENCE,
@@ -35,11 +38,14 @@ from systems import (  # noqa: E402
     build,
     common_args,
     system,
+    with_criterion,
 )
 
 USER_DIR = os.path.join(REPO, "luong_plugin")
 GENERATION_SYSTEMS = [REFERENCE, "global-general feed", "global-general", "local-p general feed"]
-MEMORY_SYSTEMS = GENERATION_SYSTEMS
+# the allocator's effect: trained in a child process started without tcmalloc
+MALLOC_SYSTEMS = [REFERENCE, REFERENCE + FUSED, "global-general feed", "global-general feed" + FUSED]
+MEMORY_SYSTEMS = GENERATION_SYSTEMS[:2] + ["global-general feed" + FUSED] + GENERATION_SYSTEMS[2:]
 ATTENTION_LENGTHS = [25, 50, 100, 200, 400, 1000]
 
 
@@ -54,6 +60,7 @@ def parse_args(argv=None):
     p.add_argument("--max-tokens", type=int, default=None, help="batch size (default 4000; quick 400)")
     p.add_argument("--json", default=None, help="also write the raw results as JSON here")
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--malloc-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads must be a positive integer, got {args.threads}")
@@ -80,6 +87,8 @@ def build_system(name: str, common, sizes=SIZES):
 
     torch.manual_seed(1)
     spec = system(name)
+    if spec.fused_loss:
+        common = with_criterion(common, FUSED_CRITERION)
     args, task, model, criterion = build(spec.args, common, USER_DIR, sizes)
     if spec.step_by_step:
         model.decoder.step_by_step = True
@@ -132,7 +141,7 @@ def decoder_path(args, built, batches):
         "fused": measure.make_decoder_pass(model, batches, step_by_step=False),
         "per-step": measure.make_decoder_pass(model, batches, step_by_step=True),
     }
-    shared = [n for n in (REFERENCE, "global-general feed") if n in built]
+    shared = [n for n in (REFERENCE, "global-general feed", REFERENCE + FUSED, "global-general feed" + FUSED) if n in built]
     for name in shared:
         jobs["output " + name] = measure.make_output_pass(built[name][2], built[name][3], batches)
     seconds, _ = measure.median_rounds(jobs, args.rounds)
@@ -179,11 +188,25 @@ def attention_cost(args, lengths, batch, hidden):
     for window in ("global", "local-m", "local-p"):
         module = LuongAttention("general", window, hidden, hidden, window_size=10).eval()
         attentions[window] = (module, module.forward)
-    # local-p through each implementation whatever S: what gathering saves, and its fixed cost
+    # local-p through each implementation whatever S: what gathering saves, and its fixed
+    # cost; local-m gathering even where its windows sit together: what slicing saves
     attentions["local-p masked"] = (attentions["local-p"][0], attentions["local-p"][0].masked)
     attentions["local-p gathered"] = (attentions["local-p"][0], attentions["local-p"][0].gathered)
+    attentions["local-m gathered"] = (attentions["local-m"][0], attentions["local-m"][0].gathered)
     rounds = max(5, 4 * args.rounds)
     return measure.attention_step_times(attentions, lengths, batch, hidden, rounds)
+
+
+def malloc_child(args):
+    """In a fresh process, started without tcmalloc: training tok/s of MALLOC_SYSTEMS."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    bin_dir = ensure_data(args.data)
+    names = MALLOC_SYSTEMS
+    train, _, _, _ = training(args, bin_dir, names, 0.0, "label_smoothed_cross_entropy", 1 if args.quick else 3)
+    allocator = "tcmalloc" if "tcmalloc" in os.environ.get("LD_PRELOAD", "") else "glibc"
+    print(json.dumps({"allocator": allocator, "train": train}))
 
 
 def memory_child(args):
@@ -229,6 +252,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.memory_child:
         return memory_child(args)
+    if args.malloc_child:
+        return malloc_child(args)
 
     import torch
 
@@ -259,23 +284,23 @@ def main(argv=None):
     results["flops"] = {}
     for name in names:
         spec = system(name)
-        window = "global" if name == REFERENCE or "global" in name else "local"
-        feed = name == REFERENCE or "feed" in name
         if name == "base":
             continue
+        lstm = spec.args == FAIRSEQ_LSTM  # global general attention with input feeding
+        window = "global" if lstm or "global" in spec.args else "local"
+        feed = lstm or "--input-feeding" in spec.args
         flops = measure.training_flops(batches, dims, window, feed)
         results["flops"][name] = {
             "per_token": flops / measure.target_tokens(batches),
             "flop_s": flops / train[name]["seconds"],
         }
-        del spec
 
     if "global-general" in built:
         log("decoder path: fused vs per-step; output layer + loss alone")
         results["decoder_path"] = decoder_path(args, built, batches)
 
     log("profile of one update")
-    pair = [REFERENCE, "global-general feed"]
+    pair = [REFERENCE, "global-general feed", "global-general feed" + FUSED]
     results["profile"] = {
         name: measure.profile_table(
             measure.make_update(built[name][2], built[name][3], batches[:1]), 12 if not quick else 3
@@ -324,6 +349,15 @@ def main(argv=None):
         name: measure.memory_in_child(os.path.abspath(__file__), name, child_argv)
         for name in mem_names
     }
+
+    log("training with glibc's allocator (a child process started without tcmalloc)")
+    malloc_argv = ["--data", args.data, "--threads", str(args.threads), "--max-tokens",
+                   str(args.max_tokens), "--rounds", str(args.rounds)] + (["--quick"] if quick else [])
+    results["malloc"] = measure.json_from_child(
+        os.path.abspath(__file__), malloc_argv + ["--malloc-child"],
+        env=measure.without_tcmalloc(os.environ),
+    )
+    results["malloc"]["parent"] = "tcmalloc" if "tcmalloc" in os.environ.get("LD_PRELOAD", "") else "glibc"
 
     log("attention step time against the source length")
     lengths = [25, 100] if quick else ATTENTION_LENGTHS

@@ -37,6 +37,7 @@ class System:
     args: Sequence[str]  # model options (sizes are added)
     description: str
     step_by_step: bool = False  # run the decoder's per-step path (LuongDecoder.step_by_step)
+    fused_loss: bool = False  # train with --criterion fused_label_smoothed_cross_entropy
 
     @property
     def is_reference(self) -> bool:
@@ -44,6 +45,7 @@ class System:
 
 
 REFERENCE = "fairseq lstm"
+FUSED = ", fused loss"  # the suffix of a system trained with the fused loss
 
 
 def _luong(window: str, score: str, feed: bool, *extra: str) -> List[str]:
@@ -55,9 +57,13 @@ def _luong(window: str, score: str, feed: bool, *extra: str) -> List[str]:
 
 SYSTEMS = [
     System(REFERENCE, FAIRSEQ_LSTM, "fairseq `--arch lstm`: global general attention, input feeding"),
+    System(REFERENCE + FUSED, FAIRSEQ_LSTM, "fairseq's lstm trained with our fused loss", fused_loss=True),
     System("global-general feed", _luong("global", "general", True), "ours, the same model as fairseq lstm"),
+    System("global-general feed" + FUSED, _luong("global", "general", True), "the same, trained with the fused loss", fused_loss=True),
     System("global-general", _luong("global", "general", False), "ours without input feeding (fused LSTM path)"),
     System("global-general per-step", _luong("global", "general", False), "the same no-feed model forced through the per-step loop", step_by_step=True),
+    System("global-general" + FUSED, _luong("global", "general", False), "the fused LSTM path, trained with the fused loss", fused_loss=True),
+    System("global-general per-step" + FUSED, _luong("global", "general", False), "the per-step loop, trained with the fused loss", step_by_step=True, fused_loss=True),
     System("global-dot feed", _luong("global", "dot", True), "ours"),
     System("global-concat feed", _luong("global", "concat", True), "ours"),
     System("global-location feed", _luong("global", "location", True), "ours"),
@@ -67,7 +73,7 @@ SYSTEMS = [
     System("base", LUONG + ["--attention-window", "none", "--no-input-feeding"], "ours, no attention (Table 1 Base)"),
 ]  # fmt: skip
 
-QUICK_SYSTEMS = [REFERENCE, "global-general feed", "global-general", "local-p general feed"]
+QUICK_SYSTEMS = [REFERENCE, "global-general feed", "global-general feed" + FUSED, "global-general", "local-p general feed"]
 
 
 def system(name: str) -> System:
@@ -75,6 +81,16 @@ def system(name: str) -> System:
         if s.name == name:
             return s
     raise KeyError(f"unknown system {name!r}; known: {', '.join(s.name for s in SYSTEMS)}")
+
+
+FUSED_CRITERION = "fused_label_smoothed_cross_entropy"
+
+
+def with_criterion(common: Sequence[str], criterion: str) -> List[str]:
+    """``common`` with its ``--criterion`` replaced (its other flags stay)."""
+    args = list(common)
+    args[args.index("--criterion") + 1] = criterion
+    return args
 
 
 def common_args(data: str, dropout: float, criterion: str, max_tokens: int) -> List[str]:
@@ -85,7 +101,7 @@ def common_args(data: str, dropout: float, criterion: str, max_tokens: int) -> L
         "--criterion", criterion, "--optimizer", "adam", "--lr", "0.001",
         "--seed", "1", "--num-workers", "0", "--cpu",
     ]  # fmt: skip
-    if criterion == "label_smoothed_cross_entropy":
+    if criterion in ("label_smoothed_cross_entropy", FUSED_CRITERION):
         args += ["--label-smoothing", "0.1"]
     return args
 

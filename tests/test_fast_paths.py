@@ -208,12 +208,15 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(raw.read_text())
-    for section in ("train", "generate", "memory", "attention", "profile", "flops", "gemm"):
+    for section in ("train", "generate", "memory", "attention", "profile", "flops", "gemm", "malloc"):
         assert results[section], section
     assert all(v["tok_s"] > 0 for v in results["train"].values())
+    assert "fairseq lstm, fused loss" in results["malloc"]["train"]
+    assert results["malloc"]["allocator"] == "glibc"  # the child runs without tcmalloc
     assert results["memory"]["fairseq lstm"]["peak"] > results["memory"]["fairseq lstm"]["rss_before"]
     text = out.read_text()
     for heading in ("## Targets", "## Training throughput", "## Beam-5 generation", "## Peak memory",
-                    "## Attention cost against the source length", "## Where the time goes"):
+                    "## Attention cost against the source length", "## Where the time goes",
+                    "## Training with glibc's allocator"):
         assert heading in text, heading
     assert "--quick" in text

@@ -125,6 +125,10 @@ class BahdanauDecoder(CachedStateDecoder):
             return features, extra
         return self.output_layer(features), extra
 
+    def output_projection(self) -> nn.Linear:
+        """The output layer, one linear map of the features (the fused loss reads it)."""
+        return self.W_o
+
     def output_layer(self, features: Tensor) -> Tensor:
         return self.W_o(features)  # B x T x V: p(y_i) = softmax(W_o t_i)
 

@@ -127,6 +127,10 @@ class LuongDecoder(CachedStateDecoder):
         )
         return self.output_layer(features), extra
 
+    def output_projection(self) -> nn.Linear:
+        """The output layer, one linear map of the features (the fused loss reads it)."""
+        return self.W_s
+
     def output_layer(self, features: Tensor) -> Tensor:
         return self.W_s(features)  # B x T x V, eq. (6)
 

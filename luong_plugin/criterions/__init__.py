@@ -1,0 +1,3 @@
+"""Registered criterions: one file per criterion."""
+
+from . import fused_cross_entropy  # noqa: F401
