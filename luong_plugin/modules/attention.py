@@ -13,10 +13,10 @@ Three implementations of the same weights (windows.py):
 - gathered (local windows): gather the 2D + 1 keys of each window, score and
   softmax only those, and scatter the weights back into the B x T x S map, so a
   step costs O(D) rather than O(S) wherever the windows lie.
-``forward`` takes the masked path while the source (or, for ``sliced``, the
-slice) is shorter than ``GATHER_FROM`` windows, and gathers beyond; each path
-can be called directly. Either way the returned map covers the whole source,
-B x T x S.
+``forward`` takes the masked path while the source is shorter than
+``GATHER_FROM`` windows; beyond, the sliced path while the slice is shorter
+than that, and the gathered path otherwise. Each path can be called directly.
+Either way the returned map covers the whole source, B x T x S.
 
 Shape legend: B batch, T target len, S source len (padded), E encoder dim, H
 decoder hidden, K projected key dim, W window width 2D + 1, U slice length.
@@ -111,8 +111,10 @@ class LuongAttention(nn.Module):
         steps: Tensor,  # T: 0-based target positions t
     ) -> Tuple[Tensor, Tensor, Dict[str, Tensor]]:
         args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
-        S, most = values.size(1), GATHER_FROM * getattr(self.window, "width", 0)
-        if self.window.span is None or S < most:
+        if self.window.span is None:  # global: every position
+            return self.masked(*args)
+        S, most = values.size(1), GATHER_FROM * self.window.width
+        if S < most:
             return self.masked(*args)
         centre = self.window.centre(query, steps, src_lengths)  # (p_t, integer centre), B x T
         lo, hi = self.window_slice(centre[1], S)

@@ -58,7 +58,9 @@ class GlobalWindow(nn.Module):
     def __init__(self, query_dim: int, window_size: int = 0, **unused):
         super().__init__()
 
-    def mask(self, query, steps, src_lengths, positions, centre=None):
+    def mask(
+        self, query: Tensor, steps: Tensor, src_lengths: Tensor, positions: Tensor, centre=None
+    ):
         return None, None, {}  # nothing excluded but padding, no prior
 
 
