@@ -214,6 +214,11 @@ def memory_in_child(run_py: str, name: str, argv: Sequence[str]) -> Dict[str, in
     return json_from_child(run_py, [*argv, "--memory-child", name])
 
 
+def allocator(env: Dict[str, str]) -> str:
+    """The malloc a process with ``env`` runs on: tcmalloc when preloaded, else glibc's."""
+    return "tcmalloc" if "tcmalloc" in env.get("LD_PRELOAD", "") else "glibc"
+
+
 def without_tcmalloc(env: Dict[str, str]) -> Dict[str, str]:
     """``env`` with tcmalloc taken out of LD_PRELOAD (recipes/with_tcmalloc puts it there)."""
     env = dict(env)

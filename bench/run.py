@@ -108,6 +108,11 @@ def dims_of(args, task) -> dict:
     }
 
 
+def batches_per_round(args) -> int:
+    """Training batches per system per round (the main table and the allocator child)."""
+    return 1 if args.quick else 3
+
+
 def log(message: str):
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -203,10 +208,10 @@ def malloc_child(args):
 
     torch.set_num_threads(args.threads)
     bin_dir = ensure_data(args.data)
-    names = MALLOC_SYSTEMS
-    train, _, _, _ = training(args, bin_dir, names, 0.0, "label_smoothed_cross_entropy", 1 if args.quick else 3)
-    allocator = "tcmalloc" if "tcmalloc" in os.environ.get("LD_PRELOAD", "") else "glibc"
-    print(json.dumps({"allocator": allocator, "train": train}))
+    train, _, _, _ = training(
+        args, bin_dir, MALLOC_SYSTEMS, 0.0, "label_smoothed_cross_entropy", batches_per_round(args)
+    )
+    print(json.dumps({"allocator": measure.allocator(os.environ), "train": train}))
 
 
 def memory_child(args):
@@ -273,7 +278,7 @@ def main(argv=None):
     results["gemm"] = {"n": n, "flops": measure.gemm_peak(n, gemm_rounds)}
 
     names = QUICK_SYSTEMS if quick else [s.name for s in SYSTEMS]
-    per_round = 1 if quick else 3
+    per_round = batches_per_round(args)
     log(f"training, dropout 0: {len(names)} systems x {args.rounds} rounds x {per_round} batches")
     train, batches, dims, built = training(
         args, bin_dir, names, 0.0, "label_smoothed_cross_entropy", per_round
@@ -351,13 +356,12 @@ def main(argv=None):
     }
 
     log("training with glibc's allocator (a child process started without tcmalloc)")
-    malloc_argv = ["--data", args.data, "--threads", str(args.threads), "--max-tokens",
-                   str(args.max_tokens), "--rounds", str(args.rounds)] + (["--quick"] if quick else [])
+    malloc_argv = child_argv + ["--rounds", str(args.rounds)] + (["--quick"] if quick else [])
     results["malloc"] = measure.json_from_child(
         os.path.abspath(__file__), malloc_argv + ["--malloc-child"],
         env=measure.without_tcmalloc(os.environ),
     )
-    results["malloc"]["parent"] = "tcmalloc" if "tcmalloc" in os.environ.get("LD_PRELOAD", "") else "glibc"
+    results["malloc"]["parent"] = measure.allocator(os.environ)
 
     log("attention step time against the source length")
     lengths = [25, 100] if quick else ATTENTION_LENGTHS
