@@ -22,6 +22,7 @@ from ..modules.windows import WINDOWS
 from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
 
 ScoreChoice = ChoiceEnum(list(SCORES))
+DropoutPlacement = ChoiceEnum(["luong", "fairseq"])
 WindowChoice = ChoiceEnum(["none"] + list(WINDOWS))
 
 
@@ -62,10 +63,33 @@ class LuongConfig(FairseqDataclass):
         default=True, metadata={"help": "feed h~_{t-1} to the next decoder input (§3.3)"}
     )
     reverse_source: bool = field(
-        default=True, metadata={"help": "the encoder reads the source right to left"}
+        default=True, metadata={"help": "the encoder reads the source words right to left"}
+    )
+    reverse_source_eos: bool = field(
+        default=True,
+        metadata={
+            "help": "with --reverse-source, reverse the source's final </s> with the words, "
+            "so the encoder reads it first (</s> w_n .. w_1); --no-reverse-source-eos reads "
+            "w_n .. w_1 </s>"
+        },
+    )
+    attend_source_eos: bool = field(
+        default=True,
+        metadata={
+            "help": "attention may weigh the source's final </s>; without it attention, "
+            "local-m's window and local-p's p_t cover the source words only"
+        },
     )
     dropout: float = field(
         default=0.2, metadata={"help": "dropout between stacked layers and before W_s"}
+    )
+    dropout_placement: DropoutPlacement = field(
+        default="luong",
+        metadata={
+            "help": "luong: on the embeddings, between layers and on h~_t before W_s, "
+            "feeding h~_t itself; fairseq: as fairseq's lstm, also on the encoder's "
+            "outputs, feeding the dropped h~_t"
+        },
     )
     init_range: float = field(
         default=0.1, metadata={"help": "uniform init of all parameters in [-r, r]"}
@@ -156,6 +180,7 @@ class LuongModel(FairseqEncoderDecoderModel):
         validate(cfg)
         window = getattr(cfg.attention_window, "value", cfg.attention_window)
         score = getattr(cfg.attention_score, "value", cfg.attention_score)
+        placement = getattr(cfg.dropout_placement, "value", cfg.dropout_placement)
         encoder = LuongEncoder(
             task.source_dictionary,
             embed_dim=cfg.encoder_embed_dim,
@@ -163,6 +188,9 @@ class LuongModel(FairseqEncoderDecoderModel):
             num_layers=cfg.encoder_layers,
             dropout=cfg.dropout,
             reverse_source=cfg.reverse_source,
+            reverse_source_eos=cfg.reverse_source_eos,
+            attend_source_eos=cfg.attend_source_eos,
+            output_dropout=cfg.dropout if placement == "fairseq" else 0.0,
             # the LSTMs read any length; the location score has one row per position
             max_source_positions=(
                 cfg.max_source_positions if score == "location" and window != "none" else None
@@ -192,6 +220,7 @@ class LuongModel(FairseqEncoderDecoderModel):
             encoder_output_dim=cfg.encoder_hidden_size,
             max_target_positions=cfg.max_target_positions,
             share_input_output_embed=cfg.share_decoder_input_output_embed,
+            feed_dropped=placement == "fairseq",
         )
         model = cls(encoder, decoder)
         init_uniform_(model, cfg.init_range)

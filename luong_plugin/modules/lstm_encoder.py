@@ -18,6 +18,7 @@ Shape legend: B batch, S source len (padded), C embedding dim, E hidden size, L 
 
 from typing import Dict, Optional
 
+import torch
 import torch.nn as nn
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -53,9 +54,15 @@ class LuongEncoder(SourceEncoder):
         dropout: float,
         reverse_source: bool,
         max_source_positions: Optional[int] = None,
+        reverse_source_eos: bool = True,
+        attend_source_eos: bool = True,
+        output_dropout: float = 0.0,
     ):
         super().__init__(dictionary, embed_dim, dropout, max_source_positions)
         self.reverse_source = reverse_source
+        self.reverse_source_eos = reverse_source_eos
+        self.attend_source_eos = attend_source_eos
+        self.output_dropout = nn.Dropout(output_dropout)
         self.lstm = nn.LSTM(
             embed_dim,
             hidden_size,
@@ -68,16 +75,25 @@ class LuongEncoder(SourceEncoder):
     def forward(self, src_tokens: Tensor, src_lengths: Tensor = None) -> Dict[str, Tensor]:
         layout = self.layout(src_tokens)
         tokens = layout.to_true_order(src_tokens)  # B x S
+        words = layout.word_counts(tokens, self.dictionary.eos())  # B
         if self.reverse_source:
-            reverse = layout.reversed_index()  # B x S
-            tokens = tokens.gather(1, reverse)
+            # [w_n .. w_1, </s>] (Sutskever et al., Luong), or [</s>, w_n .. w_1]
+            reverse = layout.reversed_index(None if self.reverse_source_eos else words)
+            tokens = tokens.gather(1, reverse)  # B x S
         x = self.dropout(self.embed_tokens(tokens))  # B x S x C
         out, (final_hiddens, final_cells) = run_packed(self.lstm, x, layout.lengths)
         if self.reverse_source:
             out = gather_positions(out, reverse)  # back to true order
+        fields = self.layout_fields(layout)
+        if not self.attend_source_eos:
+            # attention sees the words only; a source of </s> alone keeps it
+            attended = torch.where(words > 0, words, layout.lengths)  # B
+            positions = torch.arange(tokens.size(1), device=tokens.device)  # S
+            fields["src_lengths"] = attended
+            fields["src_pad_mask"] = positions.unsqueeze(0) >= attended.unsqueeze(1)  # B x S
         return {
-            "encoder_out": out,  # B x S x E
-            **self.layout_fields(layout),
+            "encoder_out": self.output_dropout(out),  # B x S x E
+            **fields,
             "final_hiddens": final_hiddens,  # L x B x E
             "final_cells": final_cells,
         }

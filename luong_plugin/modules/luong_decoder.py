@@ -25,7 +25,8 @@ Two paths compute the same function:
 fed back): the per-step path of a no-feed model, to test and time the fused one.
 
 Dropout (``--dropout``): on the embeddings, between stacked layers, and on h̃_t
-before W_s; the input feed carries h̃_t itself.
+before W_s; the input feed carries h̃_t itself. ``feed_dropped`` (fairseq's
+``lstm``, ``--dropout-placement fairseq``) feeds the dropped h̃_t instead.
 
 Incremental state (``cached_state``), batch dimension of each key:
     hidden      L x B x H   (dim 1)
@@ -85,10 +86,12 @@ class LuongDecoder(CachedStateDecoder):
         encoder_output_dim: int,
         max_target_positions: int,
         share_input_output_embed: bool = False,
+        feed_dropped: bool = False,
     ):
         super().__init__(dictionary)
         self.attention = attention
         self.input_feeding = input_feeding
+        self.feed_dropped = feed_dropped and input_feeding
         self.out_embed_dim = out_embed_dim
         self.max_target_positions = max_target_positions
         self.need_attn = True
@@ -166,6 +169,8 @@ class LuongDecoder(CachedStateDecoder):
         extra = {"attn": [None], "p_t": [center]}
         if prob is not None and self.need_attn:
             extra["attn"] = [attention_to_src_layout(prob, encoder_out["src_order"])]
+        if self.feed_dropped:  # dropped in the loop already
+            return attn_vec, extra
         return self.dropout(attn_vec), extra
 
     def _step_loop(
@@ -204,6 +209,8 @@ class LuongDecoder(CachedStateDecoder):
             attn_vec, prob, center = self._attend(
                 below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1], combine
             )  # B x 1 x O, B x 1 x S, B x 1
+            if self.feed_dropped:
+                attn_vec = self.dropout(attn_vec)  # to W_s and fed back, as fairseq's lstm
             if self.input_feeding:
                 input_feed = attn_vec.squeeze(1)  # B x O: h̃_t
             attn_vecs.append(attn_vec)

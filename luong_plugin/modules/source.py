@@ -13,6 +13,7 @@ Shape legend: B batch, T target len, S source len (padded).
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -37,12 +38,20 @@ class SourceLayout:
     def to_true_order(self, src_tokens: Tensor) -> Tensor:
         return src_tokens.gather(1, self.order)  # B x S
 
-    def reversed_index(self) -> Tensor:
-        """Index that reverses each sentence within its length (an involution)."""
+    def reversed_index(self, lengths: Optional[Tensor] = None) -> Tensor:
+        """Index that reverses the first ``lengths`` (B, default S_b) positions of
+        each sentence and leaves the rest in place (an involution)."""
+        lengths = self.lengths if lengths is None else lengths
         S = self.pad_mask.size(1)
         positions = torch.arange(S, device=self.lengths.device).expand_as(self.order)
-        reverse = self.lengths.unsqueeze(1) - 1 - positions  # B x S
-        return torch.where(self.pad_mask, positions, reverse)
+        reverse = lengths.unsqueeze(1) - 1 - positions  # B x S
+        return torch.where(positions < lengths.unsqueeze(1), reverse, positions)
+
+    def word_counts(self, tokens: Tensor, eos: int) -> Tensor:
+        """B: the tokens before a sentence's final ``eos`` (S_b - 1 where the true-order
+        ``tokens`` end with it, S_b otherwise)."""
+        last = tokens.gather(1, (self.lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)  # B
+        return self.lengths - last.eq(eos).long()
 
 
 def gather_positions(x: Tensor, index: Tensor) -> Tensor:

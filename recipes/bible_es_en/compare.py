@@ -1,0 +1,243 @@
+"""Per-update comparisons at the demo's recipe: one change at a time, two seeds.
+
+    python recipes/bible_es_en/compare.py [--runs NAME ...] [--seeds 1 2]
+        [--updates 2000] [--jobs 2] [--render-only]
+
+Every run trains the demo's model (1 x 256, 8K joint SentencePiece vocabulary,
+2,000-token batches, dropout 0.2, Adam 0.003 with betas (0.9, 0.98), clip 1.0,
+label smoothing 0.1: ``demo.sh``'s TRAIN_ARGS) for a fixed number of updates
+and validates at 500, 1,000, 2,000 ... updates, so the runs compare learning
+per update, whatever the machine's speed. ``RUNS`` below names each run by
+the one thing it changes. Each finished run writes
+``docs/experiments/compare/NAME.seedK.json`` (valid perplexity per validated
+update, updates per second, the options); a run whose JSON exists is skipped,
+so an interrupted table resumes where it stopped. ``--jobs 2`` trains two
+runs at once on one thread each (faster on 2 cores than one run of two
+threads); ``docs/COMPARE.md`` is rendered from the JSON files after every run.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(REPO, "docs", "experiments", "compare")
+
+# demo.sh's TRAIN_ARGS without the budget, the save directory and the seed
+RECIPE = [
+    "--source-lang", "es", "--target-lang", "en",
+    "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "256", "--encoder-hidden-size", "256",
+    "--decoder-embed-dim", "256", "--decoder-hidden-size", "256",
+    "--decoder-out-embed-dim", "256",
+    "--share-decoder-input-output-embed", "--dropout", "0.2",
+    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
+    "--clip-norm", "1.0",
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--max-tokens", "2000", "--num-workers", "0",
+]  # fmt: skip
+GLOBAL = [
+    "--arch", "luong_wmt_en_de", "--attention-window", "global",
+    "--attention-score", "general", "--input-feeding",
+]  # fmt: skip
+LOCAL_P = [
+    "--arch", "luong_wmt_en_de", "--attention-window", "local-p",
+    "--attention-score", "general", "--window-size", "10",
+    "--position-logit-bound", "4", "--input-feeding",
+]  # fmt: skip
+
+# name: (what it changes, options after RECIPE); every run names all the options
+# it compares, so a later change of a default does not change a run's meaning
+REVERSED = ["--reverse-source", "--no-reverse-source-eos", "--attend-source-eos"]
+RUNS = {
+    "lstm": ("fairseq's `lstm` (the peer)", ["--arch", "lstm", "--decoder-attention", "True"]),
+    "global-rev-eos-first": (
+        "global, reversed with `</s>` first (the plugin before this table)",
+        GLOBAL + ["--reverse-source", "--reverse-source-eos", "--attend-source-eos"],
+    ),
+    "global-rev-words": ("global, words reversed, `</s>` last", GLOBAL + REVERSED),
+    "global-forward": (
+        "global, not reversed", GLOBAL + ["--no-reverse-source", "--attend-source-eos"]
+    ),
+    "global-forward-fairseq-dropout": (
+        "global, not reversed, fairseq's dropout placement",
+        GLOBAL + ["--no-reverse-source", "--attend-source-eos", "--dropout-placement", "fairseq"],
+    ),
+    "global-rev-words-fairseq-dropout": (
+        "global, words reversed, fairseq's dropout placement",
+        GLOBAL + REVERSED + ["--dropout-placement", "fairseq"],
+    ),
+    "local-p-rev-eos-first": (
+        "local-p, reversed with `</s>` first (the demo before this table)",
+        LOCAL_P + ["--reverse-source", "--reverse-source-eos", "--attend-source-eos"],
+    ),
+}
+
+
+def describe_commit() -> str:
+    """The commit the run trains, ``+dirty`` when the package has uncommitted changes."""
+    git = ["git", "-C", REPO]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(git + ["status", "--porcelain", "luong_plugin"], capture_output=True, text=True)
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def result_path(name: str, seed: int) -> str:
+    return os.path.join(RESULTS, f"{name}.seed{seed}.json")
+
+
+VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
+WALL = re.compile(r"\| train \|.*?\| wall (\d+)")
+
+
+def parse_log(text: str):
+    """{updates: valid ppl} and the training wall seconds from a fairseq-train log."""
+    ppl = {int(m.group(2)): float(m.group(1)) for m in VALID.finditer(text)}
+    walls = [int(m.group(1)) for m in WALL.finditer(text)]
+    return ppl, (walls[-1] if walls else None)
+
+
+def train(name: str, seed: int, args) -> dict:
+    what, options = RUNS[name]
+    commit = describe_commit()
+    save_dir = os.path.join(REPO, "runs", "compare", f"{name}.seed{seed}")
+    os.makedirs(save_dir, exist_ok=True)
+    cmd = [
+        os.path.join(os.path.dirname(args.python), "fairseq-train"),
+        os.path.join(args.data, "bin"), "--user-dir", os.path.join(REPO, "luong_plugin"),
+        *RECIPE, *options, "--seed", str(seed),
+        "--max-update", str(args.updates), "--max-epoch", "0",
+        "--validate-interval-updates", str(args.validate_every), "--validate-interval", "1000",
+        "--save-dir", save_dir, "--no-save",
+        "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    log_path = os.path.join(save_dir, "train.log")
+    start = time.time()
+    with open(log_path, "w") as log:
+        code = subprocess.call(
+            [os.path.join(REPO, "recipes", "with_tcmalloc"), *cmd],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    seconds = time.time() - start
+    with open(log_path) as f:
+        ppl, wall = parse_log(f.read())
+    if code != 0 or args.updates not in ppl:
+        raise RuntimeError(f"{name} seed {seed} failed (exit {code}): see {log_path}")
+    result = {
+        "name": name,
+        "what": what,
+        "seed": seed,
+        "updates": args.updates,
+        "valid_ppl": {str(k): v for k, v in sorted(ppl.items())},
+        "seconds": round(seconds, 1),
+        "threads": args.threads,
+        "jobs_at_once": args.jobs,
+        "options": options,
+        "commit": commit,
+    }
+    os.makedirs(RESULTS, exist_ok=True)
+    tmp = result_path(name, seed) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, result_path(name, seed))
+    return result
+
+
+def load_results():
+    results = {}
+    if os.path.isdir(RESULTS):
+        for fname in sorted(os.listdir(RESULTS)):
+            if fname.endswith(".json"):
+                with open(os.path.join(RESULTS, fname)) as f:
+                    r = json.load(f)
+                results[(r["name"], r["seed"])] = r
+    return results
+
+
+def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
+    """docs/COMPARE.md: valid perplexity per run at each checkpoint, each seed and the mean."""
+    results = load_results()
+    lines = [
+        "# Learning per update: ours against fairseq's `lstm`",
+        "",
+        "Rendered by `recipes/bible_es_en/compare.py` from `docs/experiments/compare/*.json`.",
+        "Every run trains the demo's recipe (1 x 256, 8K SentencePiece vocabulary, 2,000-token",
+        "batches, dropout 0.2, Adam) for a fixed number of updates; the cells give the valid",
+        "perplexity at 500, 1,000 and 2,000 updates as `mean (seed 1 / seed 2)`. Lower is better.",
+        "",
+        "| run | what it changes | " + " | ".join(f"ppl @ {c}" for c in checkpoints) + " | upd/s |",
+        "|---|---|" + "---|" * (len(checkpoints) + 1),
+    ]
+    for name, (what, _) in RUNS.items():
+        seeds = sorted(s for n, s in results if n == name)
+        if not seeds:
+            lines.append(f"| `{name}` | {what} | " + " | ".join("not run" for _ in checkpoints) + " | |")
+            continue
+        cells = []
+        for c in checkpoints:
+            values = [results[(name, s)]["valid_ppl"].get(str(c)) for s in seeds]
+            values = [v for v in values if v is not None]
+            if not values:
+                cells.append("")
+                continue
+            mean = sum(values) / len(values)
+            cells.append(f"{mean:.2f} ({' / '.join(f'{v:.2f}' for v in values)})")
+        speeds = [results[(name, s)]["updates"] / results[(name, s)]["seconds"] for s in seeds]
+        lines.append(
+            f"| `{name}` | {what} | " + " | ".join(cells) + f" | {sum(speeds) / len(speeds):.2f} |"
+        )
+    lines += [
+        "",
+        "upd/s: updates per second of the whole run (validation included), one thread per run",
+        "with two runs at once; speeds from runs made while other work shared the machine are",
+        "not comparable between rows.",
+        "",
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS),
+                        metavar="NAME", help=f"runs to train, of: {', '.join(RUNS)}")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--updates", type=int, default=2000)
+    parser.add_argument("--validate-every", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once")
+    parser.add_argument("--threads", type=int, default=1, help="threads per run")
+    parser.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"))
+    parser.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
+    parser.add_argument("--out", default=os.path.join(REPO, "docs", "COMPARE.md"))
+    parser.add_argument("--render-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.updates < 1 or args.jobs < 1 or args.threads < 1:
+        parser.error("--updates, --jobs and --threads must be >= 1")
+
+    if not args.render_only:
+        todo = [(n, s) for s in args.seeds for n in args.runs if not os.path.exists(result_path(n, s))]
+        print(f"{len(todo)} runs to train, {args.jobs} at once", flush=True)
+
+        def one(item):
+            name, seed = item
+            start = time.time()
+            r = train(name, seed, args)
+            render(args.out)
+            last = r["valid_ppl"][str(args.updates)]
+            print(f"done {name} seed {seed}: ppl {last} in {time.time() - start:.0f} s", flush=True)
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for _ in pool.map(one, todo):
+                pass
+    render(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
