@@ -18,12 +18,25 @@ its own LSTM cell, scores, windows, softmax and Gaussian. It never calls
     input feeding (§3.3): the decoder reads [y_{t-1}; h̃_{t-1}], h̃_0 = 0
     Base: p(y_t) = softmax(W_s h_t)
 
-The project's conventions the paper leaves open: s and t are 0-based, counted
-over a sentence's real tokens in their original order (its final EOS included);
-S_b is that count; local-m centres on min(t, S_b - 1); local-p's window is the
-integers s with |s - floor(p_t + 0.5)| <= D inside the sentence, while the
-Gaussian uses the real-valued p_t; the location score uses rows 0 .. S_b - 1 of
-W_a; the decoder starts from the encoder's final (h, c) of every layer.
+What the paper leaves open is taken from Luong's released code
+(lmthang/nmt.matlab), not from this project's modules:
+- a source has no end symbol there: the encoder reads the words only
+  (reversed offline, ``reverse.py``), attention covers the words only
+  (``setAttnParams.m``: numSrcHidVecs = srcMaxLen - 1), and the decoder's first
+  input is a start symbol. fairseq appends ``</s>`` to every source: the
+  encoder reads it after the words (w_n .. w_1 </s> when reversed), and
+  attention skips it; ``attend_eos`` and ``reverse_eos`` are the two
+  departures the model offers;
+- S is the number of attended positions (the n words); s and t are 0-based
+  over them in original order; local-p's mu = scales · (srcLens - 1) + 1 is
+  1-based with srcLens - 1 = n (``attnLayerForward.m`` line 106), i.e.
+  p_t = n · sigmoid(.) 0-based, and the window is centred on floor(mu) (line
+  19), i.e. floor(p_t); window positions outside the sentence are dropped
+  from the softmax (``buildSrcVecs.m`` lines 41-44);
+- local-m: p_t = t, capped at the last word (``attnLayerForward.m`` lines
+  21-23);
+- the location score uses rows 0 .. S - 1 of W_a; the decoder starts from the
+  encoder's final (h, c) of every layer.
 
 Shape legend: T target len, S_b a sentence's real length, E encoder hidden,
 H decoder hidden, O attentional hidden (h̃), V vocab, D window half-width.
@@ -49,12 +62,18 @@ class Options:
     reverse_source: bool
     window_size: int = 3  # D
     renormalize: bool = False  # local-p: divide eq. (10) by its sum
+    attend_eos: bool = False  # attention also weighs the source's final </s>
+    reverse_eos: bool = False  # reversed, the encoder reads </s> first
+    # dropout as a fixed scale k (a test's stand-in for a dropout mask) at the
+    # places --dropout-placement names; 1.0: no dropout (eval mode)
+    dropout_placement: str = "luong"
+    dropout_scale: float = 1.0
 
 
 @dataclass
 class SentenceReference:
     logits: Tensor  # T x V, before the softmax of eq. (6)
-    attn: Optional[Tensor]  # T x S_b, a_t(s) over true positions; None for Base
+    attn: Optional[Tensor]  # T x (n + 1), a_t(s) over the true positions, </s> last; None for Base
     p_t: Optional[Tensor]  # T, the window centre (local windows only)
     windows: Optional[List[List[int]]]  # per t, the positions s inside the window
 
@@ -146,7 +165,8 @@ def _score(opts: Options, w: Weights, h_t: Tensor, h_bar: Tensor, s: int) -> flo
 
 
 def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int):
-    """(positions s in the window, p_t or None, prior(s) multiplying the softmax)."""
+    """(positions s in the window, p_t or None, prior(s) multiplying the softmax);
+    S_b is the number of attended positions."""
     D = opts.window_size
     if opts.window == "global":
         return list(range(S_b)), None, lambda s: 1.0
@@ -155,7 +175,7 @@ def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int):
         return [s for s in range(S_b) if abs(s - p_t) <= D], p_t, lambda s: 1.0
     if opts.window == "local-p":
         p_t = S_b * _sigmoid(float(w.v_p @ torch.tanh(w.W_p @ h_t)))  # eq. (9)
-        centre = math.floor(p_t + 0.5)
+        centre = math.floor(p_t)
         sigma = D / 2.0
         positions = [s for s in range(S_b) if abs(s - centre) <= D]
         return positions, p_t, lambda s: math.exp(-((s - p_t) ** 2) / (2 * sigma**2))
@@ -165,19 +185,26 @@ def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int):
 def reference_sentence(
     w: Weights, opts: Options, tokens: List[int], prev_output: List[int]
 ) -> SentenceReference:
-    """The paper's model on one unpadded source sentence (original order)."""
-    S_b = len(tokens)
+    """The paper's model on one unpadded source sentence (original order, its
+    final token fairseq's </s>)."""
+    n = len(tokens) - 1  # source words
     encoder, decoder = w.encoder, w.decoder
     E = encoder.layers[0][1].size(1)
 
     # encoder: read right to left when reversed; store h̄_s at its true position s
     hs = [torch.zeros(E, dtype=torch.float64) for _ in encoder.layers]
     cs = [torch.zeros(E, dtype=torch.float64) for _ in encoder.layers]
-    annotations: List[Optional[Tensor]] = [None] * S_b
-    read_order = range(S_b - 1, -1, -1) if opts.reverse_source else range(S_b)
+    annotations: List[Optional[Tensor]] = [None] * len(tokens)
+    read_order = list(range(n + 1))
+    if opts.reverse_source:
+        read_order = list(range(n, -1, -1)) if opts.reverse_eos else list(range(n - 1, -1, -1)) + [n]
+    k = opts.dropout_scale
     for s in read_order:
-        hs, cs = encoder.step(w.enc_embed[tokens[s]], hs, cs)
-        annotations[s] = hs[-1]
+        hs, cs = encoder.step(k * w.enc_embed[tokens[s]], hs, cs)  # dropout on the input
+        annotations[s] = hs[-1] * (k if opts.dropout_placement == "fairseq" else 1.0)
+
+    # attention weighs the words only (a source of </s> alone: that </s>)
+    S_b = n + 1 if opts.attend_eos or n == 0 else n
 
     # decoder starts from the encoder's final (h, c) of every layer; h̃_0 = 0
     has_attention = opts.window in WINDOWS_WITH_ATTENTION
@@ -185,13 +212,15 @@ def reference_sentence(
         feed = torch.zeros(w.W_c.size(0), dtype=torch.float64)  # h̃_0
     logits, attn_rows, centres, windows = [], [], [], []
     for t, y_prev in enumerate(prev_output):
-        x = w.dec_embed[y_prev]
+        x = k * w.dec_embed[y_prev]
         if opts.input_feeding:
-            x = torch.cat([x, feed])  # §3.3
+            # Luong's code drops the layer's whole input, the fed h̃_{t-1} included
+            x = torch.cat([x, feed * (k if opts.dropout_placement == "luong" else 1.0)])  # §3.3
         hs, cs = decoder.step(x, hs, cs)
         h_t = hs[-1]
+        before_W_s = 1.0 if opts.dropout_placement == "luong" else k
         if not has_attention:
-            logits.append(w.W_s @ h_t + w.b_s)  # Base
+            logits.append(w.W_s @ (before_W_s * h_t) + w.b_s)  # Base
             continue
 
         positions, p_t, prior = _window(opts, w, h_t, t, S_b)
@@ -200,13 +229,16 @@ def reference_sentence(
         if opts.renormalize:
             total = sum(weights)
             weights = [a / total for a in weights]
-        row = torch.zeros(S_b, dtype=torch.float64)
+        row = torch.zeros(len(tokens), dtype=torch.float64)  # T x (n + 1) in all
         context = torch.zeros(E, dtype=torch.float64)
         for a, s in zip(weights, positions):
             row[s] = a
             context = context + a * annotations[s]  # c_t
         attn_vec = torch.tanh(w.W_c @ torch.cat([context, h_t]))  # h̃_t, eq. (5)
-        logits.append(w.W_s @ attn_vec + w.b_s)  # eq. (6)
+        if opts.dropout_placement == "fairseq" and opts.input_feeding:
+            attn_vec = k * attn_vec  # dropped once: to W_s and fed back
+            before_W_s = 1.0
+        logits.append(w.W_s @ (before_W_s * attn_vec) + w.b_s)  # eq. (6)
         feed = attn_vec
         attn_rows.append(row)
         centres.append(p_t)

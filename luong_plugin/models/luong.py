@@ -22,7 +22,7 @@ from ..modules.windows import WINDOWS
 from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
 
 ScoreChoice = ChoiceEnum(list(SCORES))
-DropoutPlacement = ChoiceEnum(["luong", "fairseq"])
+DropoutPlacement = ChoiceEnum(["zaremba", "luong", "fairseq"])
 WindowChoice = ChoiceEnum(["none"] + list(WINDOWS))
 
 
@@ -66,18 +66,19 @@ class LuongConfig(FairseqDataclass):
         default=True, metadata={"help": "the encoder reads the source words right to left"}
     )
     reverse_source_eos: bool = field(
-        default=True,
+        default=False,
         metadata={
             "help": "with --reverse-source, reverse the source's final </s> with the words, "
-            "so the encoder reads it first (</s> w_n .. w_1); --no-reverse-source-eos reads "
-            "w_n .. w_1 </s>"
+            "so the encoder reads </s> w_n .. w_1; by default it reads w_n .. w_1 </s> "
+            "(Sutskever et al.; Luong's code reverses the words only)"
         },
     )
     attend_source_eos: bool = field(
-        default=True,
+        default=False,
         metadata={
-            "help": "attention may weigh the source's final </s>; without it attention, "
-            "local-m's window and local-p's p_t cover the source words only"
+            "help": "attention may weigh the source's final </s>; by default attention, "
+            "local-m's window and local-p's p_t cover the source words only, as in "
+            "Luong's code, whose sources have no end symbol"
         },
     )
     dropout: float = field(
@@ -86,9 +87,10 @@ class LuongConfig(FairseqDataclass):
     dropout_placement: DropoutPlacement = field(
         default="luong",
         metadata={
-            "help": "luong: on the embeddings, between layers and on h~_t before W_s, "
-            "feeding h~_t itself; fairseq: as fairseq's lstm, also on the encoder's "
-            "outputs, feeding the dropped h~_t"
+            "help": "besides the embeddings and between layers: zaremba: on h~_t before "
+            "W_s, feeding h~_t itself; luong (Luong's code): on the fed h~_t at the LSTM's "
+            "input, not before W_s; fairseq (fairseq's lstm): on h~_t, fed back dropped, "
+            "and on the encoder's outputs"
         },
     )
     init_range: float = field(
@@ -220,7 +222,7 @@ class LuongModel(FairseqEncoderDecoderModel):
             encoder_output_dim=cfg.encoder_hidden_size,
             max_target_positions=cfg.max_target_positions,
             share_input_output_embed=cfg.share_decoder_input_output_embed,
-            feed_dropped=placement == "fairseq",
+            dropout_placement=placement,
         )
         model = cls(encoder, decoder)
         init_uniform_(model, cfg.init_range)

@@ -54,8 +54,8 @@ class LuongEncoder(SourceEncoder):
         dropout: float,
         reverse_source: bool,
         max_source_positions: Optional[int] = None,
-        reverse_source_eos: bool = True,
-        attend_source_eos: bool = True,
+        reverse_source_eos: bool = False,
+        attend_source_eos: bool = False,
         output_dropout: float = 0.0,
     ):
         super().__init__(dictionary, embed_dim, dropout, max_source_positions)

@@ -24,9 +24,14 @@ Two paths compute the same function:
 ``step_by_step=True`` runs the input-feeding loop without the feed (h̃ is not
 fed back): the per-step path of a no-feed model, to test and time the fused one.
 
-Dropout (``--dropout``): on the embeddings, between stacked layers, and on h̃_t
-before W_s; the input feed carries h̃_t itself. ``feed_dropped`` (fairseq's
-``lstm``, ``--dropout-placement fairseq``) feeds the dropped h̃_t instead.
+Dropout (``--dropout``, ``dropout_placement``), always on the embeddings and
+between stacked layers, and:
+    zaremba  on h̃_t before W_s; the input feed carries h̃_t itself (Zaremba et
+             al. 2014: every non-recurrent connection);
+    luong    on the input feed at the LSTM's input (Luong's code drops the
+             whole input [y_{t-1}; h̃_{t-1}] of every layer) and not before W_s;
+    fairseq  on h̃_t once, and the dropped h̃_t goes to W_s and is fed back
+             (fairseq's ``lstm``; its encoder also drops its outputs).
 
 Incremental state (``cached_state``), batch dimension of each key:
     hidden      L x B x H   (dim 1)
@@ -86,12 +91,12 @@ class LuongDecoder(CachedStateDecoder):
         encoder_output_dim: int,
         max_target_positions: int,
         share_input_output_embed: bool = False,
-        feed_dropped: bool = False,
+        dropout_placement: str = "luong",
     ):
         super().__init__(dictionary)
         self.attention = attention
         self.input_feeding = input_feeding
-        self.feed_dropped = feed_dropped and input_feeding
+        self.dropout_placement = dropout_placement
         self.out_embed_dim = out_embed_dim
         self.max_target_positions = max_target_positions
         self.need_attn = True
@@ -169,9 +174,11 @@ class LuongDecoder(CachedStateDecoder):
         extra = {"attn": [None], "p_t": [center]}
         if prob is not None and self.need_attn:
             extra["attn"] = [attention_to_src_layout(prob, encoder_out["src_order"])]
-        if self.feed_dropped:  # dropped in the loop already
-            return attn_vec, extra
-        return self.dropout(attn_vec), extra
+        if self.dropout_placement == "zaremba" or (
+            self.dropout_placement == "fairseq" and not self.input_feeding
+        ):
+            attn_vec = self.dropout(attn_vec)  # B x T x O, before W_s
+        return attn_vec, extra
 
     def _step_loop(
         self, x: Tensor, state: Dict[str, Tensor], encoder_out, steps: Tensor, incremental_state=None
@@ -198,7 +205,9 @@ class LuongDecoder(CachedStateDecoder):
             gates_in, below = gates_x[t], None
             for k, (weight, (_, bias)) in enumerate(zip(weights, layers)):
                 if k == 0:
-                    inputs = [input_feed, hiddens[0]] if self.input_feeding else [hiddens[0]]
+                    inputs = [hiddens[0]]
+                    if self.input_feeding:
+                        inputs.insert(0, self._feed_dropout(input_feed))
                 else:
                     gates_in = bias.expand(below.size(0), -1)  # B x 4H
                     inputs = [F.dropout(below, between, self.training), hiddens[k]]
@@ -209,8 +218,8 @@ class LuongDecoder(CachedStateDecoder):
             attn_vec, prob, center = self._attend(
                 below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1], combine
             )  # B x 1 x O, B x 1 x S, B x 1
-            if self.feed_dropped:
-                attn_vec = self.dropout(attn_vec)  # to W_s and fed back, as fairseq's lstm
+            if self.input_feeding and self.dropout_placement == "fairseq":
+                attn_vec = self.dropout(attn_vec)  # to W_s and fed back
             if self.input_feeding:
                 input_feed = attn_vec.squeeze(1)  # B x O: h̃_t
             attn_vecs.append(attn_vec)
@@ -221,6 +230,10 @@ class LuongDecoder(CachedStateDecoder):
         center = None if centers[0] is None else torch.cat(centers, dim=1)  # B x T
         hidden, cell = torch.stack(hiddens), torch.stack(cells)  # L x B x H
         return attn_vec, prob, center, hidden, cell, input_feed
+
+    def _feed_dropout(self, input_feed: Tensor) -> Tensor:
+        """h̃_{t-1} as layer 0 reads it: dropped there with ``luong`` placement."""
+        return self.dropout(input_feed) if self.dropout_placement == "luong" else input_feed
 
     def _step_weights(self, embed_dim: int, incremental_state=None) -> List[Tuple[Tensor, Tensor]]:
         """Per layer, the recurrent inputs' weights transposed (layer 0: [W_feed; W_hh],

@@ -5,15 +5,28 @@
     local-p  p_t = S_b · sigmoid(v_pᵀ tanh(W_p h_t))              eq. (9)
              a_t(s) = align(h_t, h̄_s) · exp(-(s - p_t)² / 2σ²), σ = D/2   eq. (10)
 
-Conventions (true source positions, see source.py):
+Conventions (true source positions, see source.py), those of Luong's code
+(lmthang/nmt.matlab, code/layers/attnLayerForward.m, buildSrcVecs.m):
 - positions s and target steps t are 0-based; the first target step is t = 0;
+- S_b is the number of positions attention may weigh (the encoder's
+  ``src_lengths``): the source words, as in Luong's code, whose sources have
+  no end symbol; S_b + 1 with ``--attend-source-eos``, which counts the final
+  ``</s>`` too;
 - local-m centres on min(t, S_b - 1), so a target longer than its source keeps
   attending to the last source word (the window is never empty);
-- local-p keeps the real-valued p_t in [0, S_b] for the Gaussian, so W_p and v_p
-  get gradients, and takes the 2D + 1 integer positions around floor(p_t + 0.5)
-  as the window; the window always overlaps the sentence because D >= 1;
+- local-p keeps the real-valued p_t in [0, S_b) for the Gaussian, so W_p and v_p
+  get gradients, and takes the 2D + 1 integer positions around floor(p_t) as
+  the window (Luong: ``srcPositions = floor(mu)``, attnLayerForward.m line 19,
+  with mu = scales .* (srcLens - 1) + 1 in 1-based positions, line 106); the
+  window always overlaps the sentence;
+- window positions outside the sentence are left out of the softmax, not
+  shifted into it (buildSrcVecs.m lines 41-44);
 - the Gaussian is applied after the softmax and the result is *not*
-  renormalised (as in Luong's code); ``renormalize=True`` divides by the sum.
+  renormalised, Luong's default (``normLocalAttn = 0``, trainLSTM.m line 94;
+  attnLayerForward.m lines 69-75); ``renormalize=True`` divides by the sum,
+  i.e. softmax(score + log G), which is neither that nor Luong's
+  ``normLocalAttn = 1`` (softmax(score · G), lines 62-65; his comment: it
+  "didn't work as well").
 - ``logit_bound`` B > 0 (``--position-logit-bound``, not in the paper): the
   forward pass is unchanged; in backward, an element whose logit
   v_pᵀ tanh(W_p h_t) lies beyond ±B gets no gradient pushing it further out,
@@ -150,7 +163,7 @@ class LocalPredictiveWindow(_LocalWindow):
         if self.logit_bound > 0 and logit.requires_grad:
             logit = _BoundLogitGradient.apply(logit, self.logit_bound)
         p_t = src_lengths.unsqueeze(1).type_as(query) * torch.sigmoid(logit)  # B x T: eq. (9)
-        return p_t, torch.floor(p_t + 0.5).long()
+        return p_t, torch.floor(p_t).long()  # Luong's code: floor(mu), attnLayerForward.m
 
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
         distance = positions.type_as(p_t) - p_t.unsqueeze(-1)  # B x T x (S|W)

@@ -53,28 +53,44 @@ LOCAL_P = [
 
 # name: (what it changes, options after RECIPE); every run names all the options
 # it compares, so a later change of a default does not change a run's meaning
-REVERSED = ["--reverse-source", "--no-reverse-source-eos", "--attend-source-eos"]
+OURS = {
+    "eos-first": ["--reverse-source", "--reverse-source-eos", "--attend-source-eos"],
+    "rev-words": ["--reverse-source", "--no-reverse-source-eos", "--attend-source-eos"],
+    "forward": ["--no-reverse-source", "--attend-source-eos"],
+    "luong-layout": ["--reverse-source", "--no-reverse-source-eos", "--no-attend-source-eos"],
+    "zaremba": ["--dropout-placement", "zaremba"],
+    "luong": ["--dropout-placement", "luong"],
+    "fairseq": ["--dropout-placement", "fairseq"],
+}
 RUNS = {
     "lstm": ("fairseq's `lstm` (the peer)", ["--arch", "lstm", "--decoder-attention", "True"]),
     "global-rev-eos-first": (
-        "global, reversed with `</s>` first (the plugin before this table)",
-        GLOBAL + ["--reverse-source", "--reverse-source-eos", "--attend-source-eos"],
+        "global, reversed with `</s>` first, Zaremba dropout (the plugin before this table)",
+        GLOBAL + OURS["eos-first"] + OURS["zaremba"],
     ),
-    "global-rev-words": ("global, words reversed, `</s>` last", GLOBAL + REVERSED),
-    "global-forward": (
-        "global, not reversed", GLOBAL + ["--no-reverse-source", "--attend-source-eos"]
+    "global-rev-words": (
+        "global, words reversed, `</s>` last", GLOBAL + OURS["rev-words"] + OURS["zaremba"]
     ),
+    "global-forward": ("global, not reversed", GLOBAL + OURS["forward"] + OURS["zaremba"]),
     "global-forward-fairseq-dropout": (
         "global, not reversed, fairseq's dropout placement",
-        GLOBAL + ["--no-reverse-source", "--attend-source-eos", "--dropout-placement", "fairseq"],
+        GLOBAL + OURS["forward"] + OURS["fairseq"],
     ),
-    "global-rev-words-fairseq-dropout": (
-        "global, words reversed, fairseq's dropout placement",
-        GLOBAL + REVERSED + ["--dropout-placement", "fairseq"],
+    "global-forward-luong-dropout": (
+        "global, not reversed, Luong's dropout placement",
+        GLOBAL + OURS["forward"] + OURS["luong"],
     ),
     "local-p-rev-eos-first": (
-        "local-p, reversed with `</s>` first (the demo before this table)",
-        LOCAL_P + ["--reverse-source", "--reverse-source-eos", "--attend-source-eos"],
+        "local-p, reversed with `</s>` first, Zaremba dropout (the demo before this table)",
+        LOCAL_P + OURS["eos-first"] + OURS["zaremba"],
+    ),
+    "global-luong": (
+        "global, Luong's code: words reversed, `</s>` not attended, Luong's dropout",
+        GLOBAL + OURS["luong-layout"] + OURS["luong"],
+    ),
+    "local-p-luong": (
+        "local-p, Luong's code: words reversed, `</s>` not attended, Luong's dropout",
+        LOCAL_P + OURS["luong-layout"] + OURS["luong"],
     ),
 }
 
@@ -102,6 +118,14 @@ def parse_log(text: str):
     return ppl, (walls[-1] if walls else None)
 
 
+def finished(log_path: str, updates: int) -> bool:
+    if not os.path.exists(log_path):
+        return False
+    with open(log_path) as f:
+        text = f.read()
+    return "done training" in text and updates in parse_log(text)[0]
+
+
 def train(name: str, seed: int, args) -> dict:
     what, options = RUNS[name]
     commit = describe_commit()
@@ -113,20 +137,26 @@ def train(name: str, seed: int, args) -> dict:
         *RECIPE, *options, "--seed", str(seed),
         "--max-update", str(args.updates), "--max-epoch", "0",
         "--validate-interval-updates", str(args.validate_every), "--validate-interval", "1000",
-        "--save-dir", save_dir, "--no-save",
+        "--save-dir", save_dir,
+        *(["--save-interval-updates", str(args.save_every), "--keep-interval-updates", "-1",
+            "--no-save-optimizer-state", "--no-epoch-checkpoints", "--no-last-checkpoints"]
+          if args.save_every else ["--no-save"]),
         "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     log_path = os.path.join(save_dir, "train.log")
     start = time.time()
-    with open(log_path, "w") as log:
-        code = subprocess.call(
-            [os.path.join(REPO, "recipes", "with_tcmalloc"), *cmd],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-    seconds = time.time() - start
+    if finished(log_path, args.updates):  # trained, its result not written: read the log
+        code = 0
+    else:
+        with open(log_path, "w") as log:
+            code = subprocess.call(
+                [os.path.join(REPO, "recipes", "with_tcmalloc"), *cmd],
+                stdout=log, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
     with open(log_path) as f:
         ppl, wall = parse_log(f.read())
+    seconds = time.time() - start if wall is None else wall
     if code != 0 or args.updates not in ppl:
         raise RuntimeError(f"{name} seed {seed} failed (exit {code}): see {log_path}")
     result = {
@@ -210,6 +240,8 @@ def main(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--updates", type=int, default=2000)
     parser.add_argument("--validate-every", type=int, default=500)
+    parser.add_argument("--save-every", type=int, default=0,
+                        help="keep a checkpoint every N updates (0: none), for luong-position-trace")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once")
     parser.add_argument("--threads", type=int, default=1, help="threads per run")
     parser.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"))
