@@ -354,10 +354,11 @@ def test_forced_decoding_reproduces_generate_soft_alignment(bible, tiny, tmp_pat
         assert forced.attention.shape == printed[i].shape
         np.testing.assert_allclose(forced.attention, printed[i], rtol=0, atol=1e-5)
         # p_t is in the units of the columns: luong_tiny's window, D = 3 around
-        # floor(p_t + 0.5), holds every non-zero weight of its row
+        # floor(p_t), holds every non-zero weight of its row
         assert forced.centers.shape == (len(hyps[i].split()) + 1,)
         for row, center in zip(forced.attention, forced.centers):
-            assert (np.abs(np.nonzero(row > 0)[0] - np.floor(center + 0.5)) <= 3).all()
+            assert (np.abs(np.nonzero(row > 0)[0] - np.floor(center)) <= 3).all()
+
 
     (tmp_path / "src").write_text("".join(sources[i] + "\n" for i in ids))
     (tmp_path / "hyp").write_text("".join(hyps[i] + "\n" for i in ids))

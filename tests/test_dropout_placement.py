@@ -90,3 +90,32 @@ def test_dropout_placement_trains_the_same_function_in_eval_mode():
         with torch.no_grad():
             outputs.append(model(src, lengths, prev)[0])
     assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[0], outputs[2])
+
+
+def test_checkpoint_from_before_the_options_decodes_as_trained():
+    """A checkpoint whose config predates --attend-source-eos keeps the conventions it
+    was trained with (</s> read first and attended, centre floor(p_t + 0.5))."""
+    from omegaconf import OmegaConf
+
+    legacy = dict(
+        attention_window="local-p", reverse_source=True, reverse_source_eos=True,
+        attend_source_eos=True, dropout_placement="zaremba",
+    )  # fmt: skip
+    trained = spread_parameters(build("luong_tiny", **legacy))
+    trained.decoder.attention.window.round_centre = True
+    src, lengths = random_batch(trained.encoder.dictionary, LENGTHS)
+    prev = random_prev_output(trained.decoder.dictionary, len(LENGTHS), 7)
+    with torch.no_grad():
+        expected = trained(src, lengths, prev)[0]
+
+    old_cfg = OmegaConf.create({"_name": "luong_tiny", "attention_window": "local-p"})
+    loaded = build("luong_tiny", attention_window="local-p")  # today's defaults
+    loaded.load_state_dict(trained.state_dict(), model_cfg=old_cfg)
+    with torch.no_grad():
+        assert torch.equal(loaded(src, lengths, prev)[0], expected)
+
+    current = build("luong_tiny", attention_window="local-p")
+    current.load_state_dict(trained.state_dict(), model_cfg=OmegaConf.create(
+        {"_name": "luong_tiny", "attention_window": "local-p", "attend_source_eos": False}))
+    with torch.no_grad():
+        assert not torch.allclose(current(src, lengths, prev)[0], expected)

@@ -231,7 +231,27 @@ class LuongModel(FairseqEncoderDecoderModel):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         if strict:
             check_state_dict("luong", describe_state_dict, self.state_dict(), state_dict)
+        if model_cfg is not None and not _has_option(model_cfg, "attend_source_eos"):
+            self.keep_earlier_conventions()
         return super().load_state_dict(state_dict, strict, model_cfg=model_cfg, args=args)
+
+    def keep_earlier_conventions(self) -> None:
+        """A checkpoint saved before --attend-source-eos existed: decode it as it was
+        trained, with </s> read first when reversed and attended, and local-p's
+        window centred on floor(p_t + 0.5)."""
+        self.encoder.reverse_source_eos = True
+        self.encoder.attend_source_eos = True
+        self.decoder.dropout_placement = "zaremba"
+        if self.decoder.attention is not None:
+            self.decoder.attention.window.round_centre = True
+
+
+def _has_option(cfg, name: str) -> bool:
+    """Whether a checkpoint's model config (a DictConfig or a Namespace) sets ``name``."""
+    try:
+        return name in cfg
+    except TypeError:  # argparse.Namespace
+        return hasattr(cfg, name)
 
 
 def describe_state_dict(state: dict) -> dict:

@@ -81,6 +81,7 @@ class _LocalWindow(nn.Module):
     """[p_t - D, p_t + D] around a centre; subclasses give the centre and the prior."""
 
     renormalize = False
+    round_centre = False  # local-p: floor(p_t + 0.5), the plugin's convention before 0.2
 
     def __init__(self, query_dim: int, window_size: int = 10, **unused):
         super().__init__()
@@ -163,6 +164,8 @@ class LocalPredictiveWindow(_LocalWindow):
         if self.logit_bound > 0 and logit.requires_grad:
             logit = _BoundLogitGradient.apply(logit, self.logit_bound)
         p_t = src_lengths.unsqueeze(1).type_as(query) * torch.sigmoid(logit)  # B x T: eq. (9)
+        if self.round_centre:  # checkpoints saved before the convention changed
+            return p_t, torch.floor(p_t + 0.5).long()
         return p_t, torch.floor(p_t).long()  # Luong's code: floor(mu), attnLayerForward.m
 
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
