@@ -68,6 +68,7 @@ class Options:
     # places --dropout-placement names; 1.0: no dropout (eval mode)
     dropout_placement: str = "luong"
     dropout_scale: float = 1.0
+    position_lr_scale: float = 1.0  # a: W_p, v_p = a · the module's parameters
 
 
 @dataclass
@@ -147,8 +148,9 @@ class Weights:
             self.v_a = _w(score.v_a, "weight")[0]  # A
         if opts.window == "local-p":
             window = model.decoder.attention.window
-            self.W_p = _w(window.W_p, "weight")  # H x H
-            self.v_p = _w(window.v_p, "weight")[0]  # H
+            a = opts.position_lr_scale
+            self.W_p = a * _w(window.W_p, "weight")  # H x H
+            self.v_p = a * _w(window.v_p, "weight")[0]  # H
 
 
 def _score(opts: Options, w: Weights, h_t: Tensor, h_bar: Tensor, s: int) -> float:

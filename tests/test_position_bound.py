@@ -115,3 +115,64 @@ def test_bound_keeps_p_t_off_the_edge_under_adam():
 def test_bad_bounds_are_refused(overrides, message):
     with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build("luong_tiny", **overrides)
+
+
+# -- --position-lr-scale ------------------------------------------------------
+
+
+def test_position_lr_scale_matches_reference_and_keeps_the_init():
+    import sys, os
+    sys.path.insert(0, os.path.dirname(__file__))
+    from conftest import random_batch, random_prev_output, spread_parameters
+    from luong_reference import Options, reference_batch
+
+    a = 0.1
+    torch.manual_seed(0)
+    model = build("luong_tiny", attention_window="local-p", position_lr_scale=a)
+    window = model.decoder.attention.window
+    for param in (window.W_p.weight, window.v_p.weight):
+        effective = a * param
+        assert float(effective.abs().max()) <= 0.1 and float(effective.abs().max()) > 0.05
+    model = spread_parameters(model)
+    src, lengths = random_batch(model.encoder.dictionary, [9, 4, 6])
+    prev = random_prev_output(model.decoder.dictionary, 3, 7)
+    with torch.no_grad():
+        logits, extra = model(src, lengths, prev)
+    opts = Options(window="local-p", score="general", input_feeding=True,
+                   reverse_source=True, position_lr_scale=a)
+    refs = reference_batch(model, opts, src, prev, model.encoder.dictionary.pad())
+    for b, ref in enumerate(refs):
+        assert float((logits[b].double() - ref.logits).abs().max()) < 1e-5
+        assert float((extra["p_t"][0][b].double() - ref.p_t).abs().max()) < 1e-4
+
+
+def test_position_lr_scale_shrinks_adam_steps_of_the_logit():
+    """One Adam step moves eq. (9)'s logit about a times as far."""
+    moves = {}
+    for a in (1.0, 0.1):
+        torch.manual_seed(0)
+        model = build("luong_tiny", attention_window="local-p", position_lr_scale=a).train()
+        window = model.decoder.attention.window
+        query = torch.randn(4, 5, 24)
+        params = [window.W_p.weight, window.v_p.weight]
+        optimizer = torch.optim.Adam(params, lr=0.003)
+
+        def logit():
+            return a * window.v_p(torch.tanh(a * window.W_p(query))).squeeze(-1)
+
+        before = logit().detach()
+        logit().sum().backward()
+        optimizer.step()
+        moves[a] = float((logit().detach() - before).abs().mean())
+    assert moves[0.1] < 0.2 * moves[1.0], moves
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5"])
+def test_position_lr_scale_out_of_range_is_refused(value):
+    with pytest.raises(OptionError, match="--position-lr-scale must be in"):
+        build("luong_tiny", attention_window="local-p", position_lr_scale=float(value))
+
+
+def test_position_lr_scale_needs_local_p():
+    with pytest.raises(OptionError, match="needs --attention-window local-p"):
+        build("luong_tiny", attention_window="global", position_lr_scale=0.5)

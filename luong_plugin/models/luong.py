@@ -59,6 +59,15 @@ class LuongConfig(FairseqDataclass):
             "early in training (0: off, the paper; the forward pass is unchanged)"
         },
     )
+    position_lr_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "local-p training aid: W_p and v_p of eq. (9) are this factor times "
+            "parameters initialised that much wider, so the model and its initial values "
+            "are unchanged and Adam moves the predicted position by this factor less "
+            "per update (1: the paper)"
+        },
+    )
     input_feeding: bool = field(
         default=True, metadata={"help": "feed h~_{t-1} to the next decoder input (§3.3)"}
     )
@@ -128,6 +137,15 @@ def validate(cfg) -> None:
     if not cfg.position_logit_bound >= 0:
         raise OptionError(
             f"--position-logit-bound must be >= 0 (0: off), got {cfg.position_logit_bound}"
+        )
+    if not 0 < cfg.position_lr_scale <= 1:
+        raise OptionError(
+            f"--position-lr-scale must be in (0, 1] (1: off), got {cfg.position_lr_scale}"
+        )
+    if cfg.position_lr_scale != 1 and window != "local-p":
+        raise OptionError(
+            "--position-lr-scale scales local-p's position network; it needs "
+            f"--attention-window local-p, got {window}"
         )
     if cfg.position_logit_bound > 0 and window != "local-p":
         raise OptionError(
@@ -209,6 +227,7 @@ class LuongModel(FairseqEncoderDecoderModel):
                 renormalize=cfg.renormalize_window,
                 max_source_positions=cfg.max_source_positions,
                 logit_bound=cfg.position_logit_bound,
+                position_lr_scale=cfg.position_lr_scale,
             )
         decoder = LuongDecoder(
             task.target_dictionary,
@@ -226,6 +245,10 @@ class LuongModel(FairseqEncoderDecoderModel):
         )
         model = cls(encoder, decoder)
         init_uniform_(model, cfg.init_range)
+        if attention is not None and cfg.position_lr_scale != 1:
+            window_module = attention.window
+            for param in (window_module.W_p.weight, window_module.v_p.weight):
+                param.data.div_(cfg.position_lr_scale)  # a · param: the ±r init
         return model
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):

@@ -81,6 +81,7 @@ class LuongAttention(nn.Module):
         max_source_positions: int = 0,
         attention_dim: int = 0,
         logit_bound: float = 0.0,
+        position_lr_scale: float = 1.0,
     ):
         super().__init__()
         self.score = build_score(
@@ -96,6 +97,7 @@ class LuongAttention(nn.Module):
             window_size=window_size,
             renormalize=renormalize,
             logit_bound=logit_bound,
+            position_lr_scale=position_lr_scale,
         )
 
     def precompute(self, keys: Tensor) -> Tensor:

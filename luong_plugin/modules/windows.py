@@ -31,6 +31,10 @@ Conventions (true source positions, see source.py), those of Luong's code
   forward pass is unchanged; in backward, an element whose logit
   v_pᵀ tanh(W_p h_t) lies beyond ±B gets no gradient pushing it further out,
   so Adam cannot saturate the sigmoid of eq. (9) early in training.
+- ``position_lr_scale`` a (``--position-lr-scale``, not in the paper): eq. (9)'s
+  W_p and v_p are a times the module's parameters, which the model initialises
+  a times wider, so the function and its initial values are the paper's while
+  Adam's steps on W_p and v_p shrink by a (plain SGD's by a²).
 
 Every window offers the same two forms, each returning the same types:
 
@@ -150,17 +154,20 @@ class LocalPredictiveWindow(_LocalWindow):
         window_size: int = 10,
         renormalize: bool = False,
         logit_bound: float = 0.0,
+        position_lr_scale: float = 1.0,
         **unused,
     ):
         super().__init__(query_dim, window_size)
         self.sigma = window_size / 2.0
         self.renormalize = renormalize
         self.logit_bound = logit_bound
+        self.position_lr_scale = position_lr_scale
         self.W_p = nn.Linear(query_dim, query_dim, bias=False)
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
     def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
-        logit = self.v_p(torch.tanh(self.W_p(query))).squeeze(-1)  # B x T
+        a = self.position_lr_scale  # W_p and v_p are a · (their parameters)
+        logit = a * self.v_p(torch.tanh(a * self.W_p(query))).squeeze(-1)  # B x T
         if self.logit_bound > 0 and logit.requires_grad:
             logit = _BoundLogitGradient.apply(logit, self.logit_bound)
         p_t = src_lengths.unsqueeze(1).type_as(query) * torch.sigmoid(logit)  # B x T: eq. (9)

@@ -119,11 +119,13 @@ def parse_log(text: str):
 
 
 def finished(log_path: str, updates: int) -> bool:
+    """Whether the log validated at ``updates``: a run trained for more updates and
+    stopped after that validation counts too (the learning rate is fixed, so the
+    budget does not change the run up to there)."""
     if not os.path.exists(log_path):
         return False
     with open(log_path) as f:
-        text = f.read()
-    return "done training" in text and updates in parse_log(text)[0]
+        return updates in parse_log(f.read())[0]
 
 
 def train(name: str, seed: int, args) -> dict:
