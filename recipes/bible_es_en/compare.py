@@ -92,6 +92,14 @@ RUNS = {
         "local-p, Luong's code: words reversed, `</s>` not attended, Luong's dropout",
         LOCAL_P + OURS["luong-layout"] + OURS["luong"],
     ),
+    "local-p-luong-lr0.1": (
+        "`local-p-luong`, `--position-lr-scale 0.1`",
+        LOCAL_P + OURS["luong-layout"] + OURS["luong"] + ["--position-lr-scale", "0.1"],
+    ),
+    "local-p-luong-renorm": (
+        "`local-p-luong`, `--renormalize-window`",
+        LOCAL_P + OURS["luong-layout"] + OURS["luong"] + ["--renormalize-window"],
+    ),
 }
 
 
