@@ -181,11 +181,13 @@ function panel(s, a, unit) {
     tgtLab.push(svg.appendChild(el("text", {class: "tl", "data-r": j, x: left - 4, y: Y(j) + c * 0.75, "text-anchor": "end"}, t)));
   });
   svg.appendChild(el("rect", {x: left, y: top, width: c * src.length, height: c * tgt.length, fill: "#fff", stroke: "#bbb"}));
+  let top1 = 1e-9;  // shades are relative to the map's largest weight
+  for (const row of w) for (const v of row) if (v > top1) top1 = v;
   w.forEach((row, j) => {
     const r = [];
     row.forEach((v, i) => {
       const cls = Number.isNaN(v) ? "cell unknown" : "cell";
-      r.push(svg.appendChild(el("rect", {class: cls, "data-r": j, "data-c": i, x: X(i), y: Y(j), width: c, height: c, "fill-opacity": Number.isNaN(v) ? 1 : v})));
+      r.push(svg.appendChild(el("rect", {class: cls, "data-r": j, "data-c": i, x: X(i), y: Y(j), width: c, height: c, "fill-opacity": Number.isNaN(v) ? 1 : v / top1})));
     });
     cells.push(r);
   });
@@ -236,7 +238,7 @@ function panel(s, a, unit) {
   if (m.window) extra.push(`window D = ${m.window} pieces`);
   if (m.note) extra.push(m.note);
   div.innerHTML = `<h3>${esc(m.name)}</h3><div class="note">${esc(extra.join("; "))}</div>`;
-  const legend = ['<span><i style="background:#1d3c78"></i>weight</span>', '<span><i style="border:1.5px solid #f4a261"></i>hard link</span>'];
+  const legend = [`<span><i style="background:#1d3c78"></i>weight ${top1.toFixed(2)}</span>`, '<span><i style="border:1.5px solid #f4a261"></i>hard link</span>'];
   if (pt) legend.push('<span><i style="background:#e63946;border-radius:5px"></i>p_t</span>', '<span><i style="border:1px solid #e76f51"></i>[p_t − D, p_t + D]</span>');
   if (s.gold && m.kind === "forced") legend.push('<span><i style="border:2px solid #2a9d8f"></i>gold sure</span>', '<span><i style="border:1.5px dashed #2a9d8f"></i>gold possible</span>');
   if (svg.querySelector(".unknown")) legend.push('<span><i style="background:#ccc"></i>not printed</span>');
