@@ -220,14 +220,12 @@ def test_fairseq_lstm_maps_read_right(bible, tiny):
         n_src = len(rec["src"]) + 1
         exact_map = decode_map(ex["out"][0]["P"], n_src)
         read = decode_map(rec["out"][0]["P"], n_src)
-        n_pad = int(np.isnan(read[0]).sum()) if np.isnan(read).any() else 0
-        n_pad = n_pad or (0 if np.allclose(read, printed[rec["id"]], atol=STEP) else 1)
         known = ~np.isnan(read)
         np.testing.assert_allclose(read[known], exact_map[known], atol=2 * STEP)
-        shifted += n_pad > 0
+        shifted += not known.all() or not np.allclose(read, printed[rec["id"]], atol=STEP)
         as_printed = decode_map(pl["out"][0]["P"], n_src)
-        mismatched_as_printed += np.abs(as_printed - exact_map).max() > 0.05
-    assert shifted > 0 and mismatched_as_printed >= shifted
+        mismatched_as_printed += np.abs(as_printed - exact_map).max() > 2 * STEP + 1e-9
+    assert shifted > 0 and mismatched_as_printed > 0
     # batched forced decoding == alone
     one = explore_data(f"lstm={gen}", "--path", f"lstm={tiny['lstm']}", "--data", bible / "bin",
                        "--batch-size", "1")

@@ -183,15 +183,17 @@ def force_decode(models, task, pairs: Sequence[Pair], batch_size=32, cpu=False) 
 
 def model_attention(model, src_tokens, src_lengths, prev_output_tokens, pad):
     """-> (B x T x S maps in the layout of ``src_tokens``, B x T p_t or None)."""
+    if right_padded_maps(model):  # it packs its input: longest source first
+        order = src_lengths.argsort(descending=True)  # B
+        _, attn = model(src_tokens[order], src_lengths[order], prev_output_tokens[order])
+        if attn is None:
+            raise ValueError(f"--path: {type(model).__name__} returns no attention")
+        attn = attn[order.argsort()].float()  # B x T x S, right-padded layout
+        return right_to_left_padded(attn, src_tokens.ne(pad)), None
     _, extra = model(src_tokens, src_lengths, prev_output_tokens)
-    if torch.is_tensor(extra):  # fairseq's lstm: (logits, attn_scores)
-        extra = {"attn": [extra]}
     if extra.get("attn", [None])[0] is None:
         raise ValueError(f"--path: {type(model).__name__} returns no attention")
-    attn = extra["attn"][0].float()  # B x T x S
-    if right_padded_maps(model):
-        attn = right_to_left_padded(attn, src_tokens.ne(pad))
-    return attn, extra.get("p_t", [None])[0]
+    return extra["attn"][0].float(), extra.get("p_t", [None])[0]  # B x T x S, B x T
 
 
 def right_padded_maps(model) -> bool:
