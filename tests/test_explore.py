@@ -301,8 +301,8 @@ def browser():
 def test_page_in_a_real_browser(bible, tiny, tmp_path):
     page_path = tmp_path / "explore.html"
     gen = {m: tiny[m].parent / "test.gen.txt" for m in tiny}
-    explore.main([f"local-p={gen['local-p']}", f"lstm={gen['lstm']}", "--fairseq-lstm", "lstm",
-                  "--path", f"local-p={tiny['local-p']}", "--data", str(bible / "bin"),
+    explore.main([f"local-p={gen['local-p']}", "--path", f"local-p={tiny['local-p']}",
+                  f"lstm={gen['lstm']}", "--fairseq-lstm", "lstm", "--data", str(bible / "bin"),
                   "--reference", str(bible / "raw" / "test.en"), "--out", str(page_path)])
     html = page_path.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing from the network

@@ -332,7 +332,8 @@ def build_from_generate(args, generated, checkpoints) -> dict:
             hypotheses = [rows[i].hypothesis for i in ids]
             forced = force(args, checkpoints[name], sources, hypotheses)
             model.window = forced.window
-            model.note = "maps and p_t by forced decoding of its output"
+            model.note = ("maps and p_t" if forced.window else "maps") + \
+                " by forced decoding of its output"
             for i, f in zip(ids, forced.views):
                 model.views[i].attention, model.views[i].centers = f.attention, f.centers
         models.append(model)
@@ -415,8 +416,9 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="the HTML page to write")
     parser.add_argument("--reference", help="raw reference text, one line per sentence id "
                         "(default: the generate output's T- lines)")
-    parser.add_argument("--fairseq-lstm", nargs="+", default=[], metavar="NAME",
-                        help="these generate outputs come from fairseq's lstm (re-ordered maps)")
+    parser.add_argument("--fairseq-lstm", action="append", default=[], metavar="NAME",
+                        help="this generate output comes from fairseq's lstm (its maps are "
+                        "re-ordered; repeatable)")
     parser.add_argument("--title", default="Attention explorer")
     add_forced_args(parser, required=False, path_action="append",
                     path_help="NAME=CHECKPOINT (repeatable; NAME=a.pt:b.pt for an ensemble)")
@@ -425,7 +427,7 @@ def main(argv=None):
     group.add_argument("--gold-format", choices=FORMATS, default="auto")
     group.add_argument("--gold-base", type=int, choices=(0, 1), default=1)
     group.add_argument("--reverse-gold", action="store_true")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # NAME=FILE and options in any order
     if args.subword not in SCHEMES:
         parser.error(f"--subword {args.subword!r}: expected one of {', '.join(SCHEMES)}")
     try:
