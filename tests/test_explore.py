@@ -388,3 +388,31 @@ def test_page_in_a_real_browser(bible, tiny, tmp_path):
     image = assert_png(png)
     colours = np.unique((image[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
     assert len(colours) > 50  # text, weights, windows: not a blank or one-colour page
+
+
+@pytest.mark.slow
+def test_forced_decoding_of_references_with_gold_links_and_aer(bible, tiny, tmp_path):
+    """--path alone force-decodes --source/--target (raw text with --spm-model), as
+    luong-align does; --gold adds each sentence's sure/possible links and its AER."""
+    from luong_plugin.analysis import aer
+    from luong_plugin.analysis.align import main as align
+
+    raw = bible / "raw"
+    n = len((raw / "test.es").read_text().splitlines())
+    gold = tmp_path / "gold.talp"  # 1-based: word k with word k sure, k with k+1 possible
+    gold.write_text("".join("1-1 2-2 3-3 2p3\n" for _ in range(n)))
+    common = ["--data", bible / "bin", "--source", raw / "test.es", "--target", raw / "test.en",
+              "--spm-model", bible / "spm" / "joint.model"]
+    data = explore_data("--path", f"local-p={tiny['local-p']}", *common, "--gold", gold)
+    assert data["gold"] and len(data["sentences"]) == n
+    align(["--path", str(tiny["local-p"]), *map(str, common), "--out", str(tmp_path / "align")])
+    hard = aer.read_pharaoh(str(tmp_path / "align"))
+    gold_links = aer.read_gold(str(gold))
+    references = (raw / "test.en").read_text().splitlines()
+    for rec, (links, _), g in zip(data["sentences"], hard, gold_links):
+        out = rec["out"][0]
+        assert {(i, j) for j, i in enumerate(out["linkW"])} == links  # luong-align's links
+        assert out["aer"] == round(aer.score([links], [g])["aer"], 4)
+        assert rec["gold"] == {"sure": [[0, 0], [1, 1], [2, 2]], "possible": [[1, 2]]}
+        assert "pt" in out and "bleu" not in out
+        assert " ".join(out["tgtW"]) == " ".join(references[rec["id"]].split())

@@ -205,12 +205,14 @@ def sentence_record(sid, source, reference, models, scheme, gold=None, with_scor
             "linkW": word_links,
         }
         if with_scores and model.kind == "generate":
-            out["bleu"] = round(BLEU(effective_order=True).sentence_score(view.text, [reference]).score, 2)
+            bleu = BLEU(effective_order=True).sentence_score(view.text, [reference])
+            out["bleu"] = round(bleu.score, 2)
             out["chrf"] = round(CHRF().sentence_score(view.text, [reference]).score, 2)
         if view.centers is not None and model.window is not None:
             D = model.window
             out["pt"] = [round(float(c), 2) for c in view.centers]
-            out["ptW"] = [round(float(c), 2) for c in merge_positions(view.centers, src_index, tgt_index)]
+            on_words = merge_positions(view.centers, src_index, tgt_index)
+            out["ptW"] = [round(float(c), 2) for c in on_words]
             lo = merge_positions(view.centers - D, src_index, tgt_index)
             hi = merge_positions(view.centers + D, src_index, tgt_index)
             out["winW"] = [[round(float(a), 2), round(float(b), 2)] for a, b in zip(lo, hi)]
@@ -298,7 +300,9 @@ def checkpoint_name(path: str) -> str:
 
 
 def build_from_generate(args, generated, checkpoints) -> dict:
-    outputs = {name: read_generate(path, name, name in args.fairseq_lstm) for name, path in generated}
+    outputs = {
+        name: read_generate(path, name, name in args.fairseq_lstm) for name, path in generated
+    }
     first_name, first = next(iter(outputs.items()))
     ids = sorted(first)
     for name, rows in outputs.items():
