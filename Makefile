@@ -24,13 +24,16 @@ $(STAMP): requirements.txt pyproject.toml Makefile
 	touch $@
 
 # Debian packages: the Bible texts (public domain) for the demo and the end-to-end
-# tests, and tcmalloc, which recipes/with_tcmalloc preloads for the demo, ladder and bench.
+# tests, tcmalloc, which recipes/with_tcmalloc preloads for the demo, ladder and bench,
+# and chromium, the real browser the explorer's page is tested in (tests/test_explore.py,
+# driven by PyPI's playwright; no browser is downloaded at run time).
 sword:
 	@if [ ! -d $(SWORD)/spaRV1909eb ] || [ ! -d $(SWORD)/engWEB2015eb ] \
-	   || ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libtcmalloc_minimal\.so\.4 '; then \
+	   || ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libtcmalloc_minimal\.so\.4 ' \
+	   || ! command -v chromium >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq \
-	  && $$SUDO apt-get install -y -qq sword-text-sparv sword-text-web libtcmalloc-minimal4; \
+	  && $$SUDO apt-get install -y -qq sword-text-sparv sword-text-web libtcmalloc-minimal4 chromium; \
 	fi
 
 test: setup sword

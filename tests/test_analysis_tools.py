@@ -37,7 +37,10 @@ def test_every_tool_is_a_console_script_with_help(capsys):
 
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
-    tools = {"align", "aer", "heatmap", "bleu_by_length", "curves", "unk_dict", "position_trace"}
+    tools = {
+        "align", "aer", "heatmap", "explore", "bleu_by_length", "curves", "unk_dict",
+        "position_trace",
+    }
     assert {target.split(":")[0].rsplit(".", 1)[1] for target in scripts.values()} == tools
     for name, target in scripts.items():
         module, function = target.split(":")

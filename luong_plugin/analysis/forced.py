@@ -8,6 +8,11 @@ references" before extracting alignments. With the model's own beam output as
 the reference, the maps equal what ``fairseq-generate --print-alignment soft``
 prints (the decoders' full forward equals their incremental steps).
 
+fairseq's own ``lstm`` is read too: its decoder returns the maps as its second
+output (not a dict) and indexes them like *right*-padded source tokens (its
+encoder converts fairseq's left padding before packing), so they are moved into
+the layout of ``src_tokens`` before they are averaged or cut.
+
 Input, shared by the tools that force-decode (``--path``, ``--data`` and one of):
     --source/--target FILE   text, one sentence per line: the model's tokens
                              (pieces), or raw text with --spm-model
@@ -42,11 +47,12 @@ class Forced:
     centers: Optional[np.ndarray]  # len(target) + 1: local-p's p_t, source-piece units
 
 
-def add_forced_args(parser: argparse.ArgumentParser, required: bool = True):
+def add_forced_args(parser: argparse.ArgumentParser, required: bool = True, path_help=None,
+                    path_action="store"):
     # fmt: off
     group = parser.add_argument_group("model and data (forced decoding)")
-    group.add_argument("--path", required=required,
-                       help="checkpoint(s), colon-separated for an ensemble (attention averaged)")
+    group.add_argument("--path", required=required, action=path_action, help=path_help or
+                       "checkpoint(s), colon-separated for an ensemble (attention averaged)")
     group.add_argument("--data", required=required,
                        help="fairseq data directory: the dictionaries, and --gen-subset")
     group.add_argument("--source", help="source sentences, one per line")
@@ -163,12 +169,9 @@ def force_decode(models, task, pairs: Sequence[Pair], batch_size=32, cpu=False) 
         ).to(device)  # B x T: EOS + reference
         attn, centers = None, None
         for model in models:
-            _, extra = model(src_tokens, src_lengths, prev_output_tokens)
-            if extra.get("attn", [None])[0] is None:
-                raise ValueError(f"--path: {type(model).__name__} returns no attention")
-            a = extra["attn"][0].float()  # B x T x S, the layout of src_tokens
+            a, p_t = model_attention(model, src_tokens, src_lengths, prev_output_tokens, pad)
             attn = a if attn is None else attn + a
-            centers = extra.get("p_t", [None])[0] if len(models) == 1 else None  # B x T
+            centers = p_t if len(models) == 1 else None  # B x T
         attn = (attn / len(models)).cpu()
         for b, pair in enumerate(batch):
             real = src_tokens[b].ne(pad).cpu()  # S: the sentence's columns, in order
@@ -176,6 +179,44 @@ def force_decode(models, task, pairs: Sequence[Pair], batch_size=32, cpu=False) 
             matrix = attn[b, :rows][:, real].numpy()  # (T_b) x (S_b)
             p_t = None if centers is None else centers[b, :rows].float().cpu().numpy()
             yield Forced(pair, matrix, p_t)
+
+
+def model_attention(model, src_tokens, src_lengths, prev_output_tokens, pad):
+    """-> (B x T x S maps in the layout of ``src_tokens``, B x T p_t or None)."""
+    if right_padded_maps(model):  # it packs its input: longest source first
+        order = src_lengths.argsort(descending=True)  # B
+        _, attn = model(src_tokens[order], src_lengths[order], prev_output_tokens[order])
+        if attn is None:
+            raise ValueError(f"--path: {type(model).__name__} returns no attention")
+        attn = attn[order.argsort()].float()  # B x T x S, right-padded layout
+        return right_to_left_padded(attn, src_tokens.ne(pad)), None
+    _, extra = model(src_tokens, src_lengths, prev_output_tokens)
+    if extra.get("attn", [None])[0] is None:
+        raise ValueError(f"--path: {type(model).__name__} returns no attention")
+    return extra["attn"][0].float(), extra.get("p_t", [None])[0]  # B x T x S, B x T
+
+
+def right_padded_maps(model) -> bool:
+    """fairseq's ``lstm`` converts left-padded sources to right padding before
+    packing and attends in that layout."""
+    from fairseq.models.lstm import LSTMEncoder
+
+    return isinstance(getattr(model, "encoder", None), LSTMEncoder) and model.encoder.left_pad
+
+
+def right_to_left_padded(attn: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """B x T x S maps whose column s is the s-th real token (padding last) ->
+    the left-padded layout of ``real`` (B x S, True on the sentence's tokens)."""
+    S = real.size(1)
+    n_pad = (~real).sum(dim=1, keepdim=True)  # B x 1
+    columns = (torch.arange(S, device=attn.device).unsqueeze(0) - n_pad) % S  # B x S
+    return attn.gather(2, columns.unsqueeze(1).expand_as(attn))  # B x T x S
+
+
+def window_size(model) -> Optional[int]:
+    """D of a local window ([p_t - D, p_t + D], in source pieces), else None."""
+    window = getattr(getattr(getattr(model, "decoder", None), "attention", None), "window", None)
+    return getattr(window, "window_size", None)
 
 
 def word_indices(pair: Pair, scheme: str):

@@ -101,3 +101,20 @@ echo "== 5/5 analysis: BLEU by source length (Luong Fig. 6), learning curve (Fig
   --reference "$DATA/raw/test.en" "${PEER:-demo}=$RUN/test.hyp" --png "$RUN/bleu_by_length.png"
 "$PYTHON" -m luong_plugin.analysis.curves "${PEER:-demo}=$RUN/train.log" --metric ppl \
   --png "$RUN/learning_curve.png"
+
+echo "== explorer: every test verse's attention in one page (luong-explore)"
+# Our model's page, with fairseq's lstm beside it when its run (PEER=lstm) exists;
+# each model's maps and p_t come from forced decoding of its own beam output.
+if [ -z "$PEER" ]; then OURS=$RUN; LSTM=runs/demo_lstm; else OURS=runs/demo; LSTM=$RUN; fi
+if [ -f "$OURS/test.gen.txt" ]; then
+  EXPLORE_ARGS=("luong=$OURS/test.gen.txt" --path "luong=$OURS/checkpoint_best.pt")
+  if [ -f "$LSTM/test.gen.txt" ] && [ -f "$LSTM/checkpoint_best.pt" ]; then
+    EXPLORE_ARGS+=("lstm=$LSTM/test.gen.txt" --path "lstm=$LSTM/checkpoint_best.pt")
+  fi
+  OMP_NUM_THREADS=$THREADS "$PYTHON" -m luong_plugin.analysis.explore "${EXPLORE_ARGS[@]}" \
+    --data "$DATA/bin" --reference "$DATA/raw/test.en" --out "$OURS/explore.html" \
+    --title "luong_plugin demo: Spanish->English test verses" 2> "$OURS/explore.log" \
+    || { tail -5 "$OURS/explore.log" >&2; exit 1; }
+else
+  echo "[explore] $OURS/test.gen.txt missing: run recipes/bible_es_en/demo.sh first"
+fi
