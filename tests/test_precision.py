@@ -15,7 +15,18 @@ differ from them, which shows the products really ran in bf16.
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import build, random_batch, random_prev_output, spread_parameters
+from conftest import (
+    ALL_SENTENCES,
+    USER_DIR,
+    build,
+    fairseq,
+    parse,
+    random_batch,
+    random_prev_output,
+    spread_parameters,
+    train,
+)
+from fairseq import checkpoint_utils
 
 from luong_plugin.criterions.fused_cross_entropy import fused_output_loss
 from luong_plugin.modules import precision
@@ -243,3 +254,45 @@ def test_fp32_is_the_default_and_runs_without_autocast():
     src, lengths, prev = batch(model, torch.device("cpu"))
     logits, _ = model(src, lengths, prev)
     assert logits.dtype == torch.float32
+
+
+# -- checkpoints through fairseq's entry points (CPU) -----------------------------------
+needs_cpu_bf16 = pytest.mark.skipif(
+    not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16"
+)
+
+
+def _decode(bible, path, *extra):
+    return fairseq(
+        "fairseq-generate", bible / "bin", "--user-dir", USER_DIR, "--path", path,
+        "--beam", "5", "--batch-size", "16", "--max-len-a", "0", "--max-len-b", "12",
+        "--gen-subset", "test", *ALL_SENTENCES, *extra,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_cpu_bf16
+@pytest.mark.parametrize("arch", ["luong_tiny", "bahdanau_tiny"])
+@pytest.mark.parametrize("trained,decoded", [("bf16", "fp32"), ("fp32", "bf16")])
+def test_checkpoint_trained_in_one_precision_decodes_in_the_other(
+    bible, tmp_path, arch, trained, decoded
+):
+    log = train(bible / "bin", tmp_path, "--precision", trained, arch=arch, updates=40)
+    assert "done training" in log
+    path = tmp_path / "checkpoint_last.pt"
+    assert checkpoint_utils.load_checkpoint_to_cpu(str(path))["cfg"].model.precision == trained
+    override = ("--model-overrides", f"{{'precision': '{decoded}'}}")
+    models, _ = checkpoint_utils.load_model_ensemble([str(path)], arg_overrides={"precision": decoded})
+    assert models[0].decoder.compute_dtype == precision.compute_dtype(decoded)
+
+    as_trained, other = parse(_decode(bible, path), "H"), parse(_decode(bible, path, *override), "H")
+    assert len(as_trained) == len(other) == 29
+    same = sum(as_trained[i] == other[i] for i in as_trained)
+    assert same >= 0.8 * len(as_trained), f"{same} of {len(as_trained)} hypotheses agree"
+    lines = (bible / "spm" / "test.es").read_text().splitlines()[:2]
+    out = fairseq(
+        "fairseq-interactive", bible / "bin", "--user-dir", USER_DIR, "--path", path,
+        "--source-lang", "es", "--target-lang", "en", "--beam", "5", "--max-len-b", "12",
+        *override, input="\n".join(lines) + "\n",
+    )  # fmt: skip
+    assert len(parse(out, "H")) == 2
