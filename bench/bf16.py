@@ -20,8 +20,7 @@ OURS = "global-general feed"  # fairseq lstm's model
 DEMO = "local-p general feed"  # the demo's model
 DEMO_MAX_TOKENS = 2000
 
-TRAIN = [REFERENCE, OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16, DEMO, DEMO + BF16,
-         DEMO + FUSED, DEMO + FUSED + BF16]  # fmt: skip
+TRAIN = [REFERENCE, OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16, DEMO, DEMO + BF16]
 QUICK_TRAIN = [REFERENCE, OURS, OURS + BF16, OURS + FUSED + BF16]
 PAPER = [OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16]
 GENERATE = [OURS, OURS + BF16, DEMO, DEMO + BF16]
