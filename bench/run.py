@@ -6,8 +6,9 @@
 Measures, with every system interleaved round by round on the same batches:
 training target tokens/s (and the ratio to fairseq ``lstm``), beam-5 generation
 sentences/s, peak memory (a fresh process per system), attention step time
-against the source length, model FLOPs against the measured fp32 GEMM peak, and
-an operator profile of one update. Prepares the Bible corpus when ``--data``
+against the source length, model FLOPs against the measured fp32 GEMM peak, an
+operator profile of one update, and bf16 mixed precision against fp32 (bf16.py,
+which also runs alone: ``python bench/bf16.py``). Prepares the Bible corpus when ``--data``
 has none (recipes/bible_es_en/prepare.sh, 8K joint SentencePiece vocabulary).
 """
 
