@@ -10,10 +10,11 @@ against the bf16 GEMM peak measured in the same run, of an fp32 run against the
 fp32 peak.
 """
 
+import argparse
 from typing import Callable, List, Tuple
 
 import measure
-from systems import FUSED, REFERENCE
+from systems import FUSED, PAPER_SIZES, REFERENCE
 
 BF16 = " [bf16]"  # the suffix of a system run with --precision bf16
 OURS = "global-general feed"  # fairseq lstm's model
@@ -39,8 +40,6 @@ def run_section(args, bin_dir: str, training: Callable, generation: Callable,
                 memory: Callable, log: Callable) -> dict:  # fmt: skip
     """The section's results; ``training``, ``generation`` and ``memory`` are
     run.py's, which build systems by these names."""
-    import argparse
-
     from luong_plugin.modules.precision import cpu_has_native_bf16
 
     if not cpu_has_native_bf16():
@@ -71,8 +70,6 @@ def run_section(args, bin_dir: str, training: Callable, generation: Callable,
         log("bf16: training, paper shape (4 x 1000)")
         paper = argparse.Namespace(**vars(args))
         paper.max_tokens, paper.rounds = 1500, max(2, args.rounds // 2)
-        from systems import PAPER_SIZES
-
         train_paper, paper_batches, paper_dims, _ = training(
             paper, bin_dir, PAPER, 0.0, "label_smoothed_cross_entropy", 1, PAPER_SIZES
         )
