@@ -36,10 +36,10 @@ def median_rounds(jobs: Dict[str, Callable[[], None]], rounds: int, warmup: int 
 
 
 # -- GEMM peak -----------------------------------------------------------------
-def gemm_peak(n: int, rounds: int) -> float:
-    """fp32 FLOP/s of torch.matmul on two n x n matrices: the best of ``rounds``
-    (a peak: a busy machine only ever lowers it)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def gemm_peak(n: int, rounds: int, dtype: str = "float32") -> float:
+    """FLOP/s of torch.matmul on two n x n matrices of ``dtype``: the best of
+    ``rounds`` (a peak: a busy machine only ever lowers it)."""
+    a, b = (torch.randn(n, n).to(getattr(torch, dtype)) for _ in range(2))
     _, times = median_rounds({"mm": lambda: torch.matmul(a, b)}, rounds, warmup=2)
     return 2 * n**3 / min(times["mm"])
 

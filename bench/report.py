@@ -1,6 +1,7 @@
 """docs/BENCHMARKS.md from the results of run.py: tables, ratios, and the targets
 checked against the numbers of the same run."""
 
+import bf16
 from systems import FUSED, REFERENCE, SYSTEMS
 
 OURS = "global-general feed"
@@ -81,7 +82,7 @@ def targets(r: dict) -> list:
             how = ", fused loss" if ours.endswith(FUSED) else ""
             rows.append((f"training utilisation ({shape}{how}) >= 35% of GEMM peak", f"{util:.0%}",
                          _verdict(util, 0.35)))
-    return rows
+    return rows + bf16.targets(r, _verdict)
 
 
 def summary(r: dict) -> str:
@@ -233,6 +234,8 @@ def markdown(r: dict) -> str:
             main = r["train"].get(name, {}).get("tok_s")
             out.append(f"| {name} | {_fmt(v['tok_s'])} | {_ratio(v['tok_s'], ref)} | "
                        f"{_ratio(main, v['tok_s']) if main else ''} |")
+
+    out += bf16.markdown(r)
 
     gen = r.get("generate", {})
     if gen:

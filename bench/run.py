@@ -6,8 +6,9 @@
 Measures, with every system interleaved round by round on the same batches:
 training target tokens/s (and the ratio to fairseq ``lstm``), beam-5 generation
 sentences/s, peak memory (a fresh process per system), attention step time
-against the source length, model FLOPs against the measured fp32 GEMM peak, and
-an operator profile of one update. Prepares the Bible corpus when ``--data``
+against the source length, model FLOPs against the measured fp32 GEMM peak, an
+operator profile of one update, and bf16 mixed precision against fp32 (bf16.py,
+which also runs alone: ``python bench/bf16.py``). Prepares the Bible corpus when ``--data``
 has none (recipes/bible_es_en/prepare.sh, 8K joint SentencePiece vocabulary).
 """
 
@@ -24,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import bf16  # noqa: E402
 import measure  # noqa: E402
 import report  # noqa: E402
 from systems import (  # noqa: E402
@@ -86,10 +88,11 @@ def build_system(name: str, common, sizes=SIZES):
     import torch
 
     torch.manual_seed(1)
+    name, precision = bf16.split(name)  # "... [bf16]": --precision bf16
     spec = system(name)
     if spec.fused_loss:
         common = with_criterion(common, FUSED_CRITERION)
-    args, task, model, criterion = build(spec.args, common, USER_DIR, sizes)
+    args, task, model, criterion = build(list(spec.args) + precision, common, USER_DIR, sizes)
     if spec.step_by_step:
         model.decoder.step_by_step = True
     return args, task, model, criterion
@@ -362,6 +365,14 @@ def main(argv=None):
         env=measure.without_tcmalloc(os.environ),
     )
     results["malloc"]["parent"] = measure.allocator(os.environ)
+
+    log("bf16 mixed precision against fp32")
+
+    def memory(name, max_tokens):
+        argv = child_argv[: child_argv.index("--max-tokens")] + ["--max-tokens", str(max_tokens)]
+        return measure.memory_in_child(os.path.abspath(__file__), name, argv)
+
+    results["bf16"] = bf16.run_section(args, bin_dir, training, generation, memory, log)
 
     log("attention step time against the source length")
     lengths = [25, 100] if quick else ATTENTION_LENGTHS

@@ -220,3 +220,10 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
                     "## Training with glibc's allocator"):
         assert heading in text, heading
     assert "--quick" in text
+    bf16 = results["bf16"]
+    if "skipped" in bf16:  # no native bf16 on this CPU: the report says so
+        assert "## bf16 mixed precision" in text and bf16["skipped"] in text
+    else:
+        assert bf16["train"]["global-general feed [bf16]"]["tok_s"] > 0
+        assert bf16["gemm"]["bf16"] > 0 and bf16["generate"] and bf16["memory"] and bf16["profile"]
+        assert "| global-general feed [bf16] |" in text

@@ -85,6 +85,11 @@ class _FusedOutputLoss(torch.autograd.Function):
         c = epsilon / (V - 1)
         a = 1.0 - epsilon - c
         acc = torch.promote_types(features.dtype, torch.float32)  # as fairseq's log-softmax
+        # the products in the features' dtype (bf16 from a --precision bf16 model), the
+        # sums in acc; the weight is cast once per call, not per chunk
+        low = features.dtype != acc
+        weight_low = weight.to(features.dtype)  # V x C
+        bias_low = None if bias is None else bias.to(features.dtype)  # V
         inputs = (features, weight, bias)
         # under no_grad (validation) needs_input_grad still says True: ``recording`` decides
         grads = [torch.zeros_like(t, dtype=acc) if need and recording else None
@@ -96,9 +101,10 @@ class _FusedOutputLoss(torch.autograd.Function):
         correct = target.new_zeros(())
         for start in range(0, N, chunk):
             x, y = features[start : start + chunk], target[start : start + chunk]  # n x C, n
-            z = x.matmul(weight.t())  # n x V, in the model's dtype like fairseq's logits
-            if bias is not None:
-                z += bias
+            if bias is None:
+                z = x.matmul(weight_low.t())  # n x V, in the model's dtype like fairseq's logits
+            else:
+                z = torch.addmm(bias_low, x, weight_low.t())  # n x V
             log_probs = torch.log_softmax(z, dim=-1, dtype=acc)  # n x V
             nll -= log_probs.gather(1, y.unsqueeze(1)).sum()
             smooth -= log_probs.sum()
@@ -106,13 +112,20 @@ class _FusedOutputLoss(torch.autograd.Function):
                 correct += (log_probs.argmax(-1) == y).sum()
             if all(g is None for g in grads):
                 continue
-            p = log_probs.exp_()  # n x V: softmax(z)
-            if d_features is not None:
-                torch.mm(p, weight_acc, out=d_features[start : start + chunk])  # n x C
-            if d_weight is not None:
-                d_weight.addmm_(p.t(), x.to(acc))  # V x C
+            if low:  # softmax(z) straight into the product dtype: one pass
+                p = torch.exp(log_probs, out=torch.empty_like(z))  # n x V
+                if d_features is not None:
+                    d_features[start : start + chunk] = p.mm(weight_low)  # n x C
+                if d_weight is not None:
+                    d_weight += p.t().mm(x)  # V x C
+            else:
+                p = log_probs.exp_()  # n x V: softmax(z)
+                if d_features is not None:
+                    torch.mm(p, weight_acc, out=d_features[start : start + chunk])  # n x C
+                if d_weight is not None:
+                    d_weight.addmm_(p.t(), x.to(acc))  # V x C
             if d_bias is not None:
-                d_bias += p.sum(0)  # V
+                d_bias += p.sum(0, dtype=acc)  # V
         # (a + cV) p - a onehot(y) - c: the one-hot and constant terms, as rows
         k = a + c * V
         if d_features is not None:

@@ -18,10 +18,12 @@ from ..modules.bahdanau_decoder import ATTENTIONS, READOUT_STATES, BahdanauDecod
 from ..modules.bigru_encoder import GRUEncoder
 from ..modules.gru import PaperGRU
 from ..modules.options import OptionError, check_state_dict, lookup, require_positive
+from ..modules.precision import PRECISIONS, compute_dtype, set_precision
 from ..modules.scores import ConcatScore
 from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
 
 AttentionChoice = ChoiceEnum(list(ATTENTIONS))
+PrecisionChoice = ChoiceEnum(list(PRECISIONS))
 ReadoutChoice = ChoiceEnum(list(READOUT_STATES))
 
 
@@ -67,6 +69,14 @@ class BahdanauConfig(FairseqDataclass):
         default=0.0,
         metadata={"help": "dropout on the embeddings and on t_i (the paper uses none)"},
     )
+    precision: PrecisionChoice = field(
+        default="fp32",
+        metadata={
+            "help": "bf16: mixed precision, products in bf16, weights, softmax and "
+            "recurrent states fp32, on the CPU (AVX512-BF16/AMX) or a GPU; saved in the "
+            "checkpoint, --model-overrides \"{'precision': 'fp32'}\" changes it at decoding"
+        },
+    )
     max_source_positions: int = field(
         default=1024, metadata={"help": "longest source (the task's limit: the GRUs read any length)"}
     )
@@ -74,6 +84,7 @@ class BahdanauConfig(FairseqDataclass):
 
 
 def validate(cfg) -> None:
+    compute_dtype(cfg.precision)  # an unknown --precision names the allowed values
     attention = lookup("--attention", ATTENTIONS, cfg.attention)
     lookup("--readout-state", READOUT_STATES, cfg.readout_state)
     sizes = [
@@ -135,6 +146,7 @@ class BahdanauModel(FairseqEncoderDecoderModel):
             max_target_positions=cfg.max_target_positions,
         )
         model = cls(encoder, decoder)
+        set_precision(model, cfg.precision)
         init_bahdanau_(model)
         return model
 

@@ -17,12 +17,14 @@ from ..modules.attention import LuongAttention
 from ..modules.luong_decoder import LuongDecoder
 from ..modules.lstm_encoder import LuongEncoder
 from ..modules.options import OptionError, check_state_dict, require_positive
+from ..modules.precision import PRECISIONS, compute_dtype, set_precision
 from ..modules.scores import SCORES
 from ..modules.windows import WINDOWS
 from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
 
 ScoreChoice = ChoiceEnum(list(SCORES))
 DropoutPlacement = ChoiceEnum(["zaremba", "luong", "fairseq"])
+PrecisionChoice = ChoiceEnum(list(PRECISIONS))
 WindowChoice = ChoiceEnum(["none"] + list(WINDOWS))
 
 
@@ -108,6 +110,14 @@ class LuongConfig(FairseqDataclass):
     share_decoder_input_output_embed: bool = field(
         default=False, metadata={"help": "tie the target embedding and W_s"}
     )
+    precision: PrecisionChoice = field(
+        default="fp32",
+        metadata={
+            "help": "bf16: mixed precision, products in bf16, weights, softmax and "
+            "recurrent states fp32, on the CPU (AVX512-BF16/AMX) or a GPU; saved in the "
+            "checkpoint, --model-overrides \"{'precision': 'fp32'}\" changes it at decoding"
+        },
+    )
     max_source_positions: int = field(
         default=1024,
         metadata={
@@ -119,6 +129,7 @@ class LuongConfig(FairseqDataclass):
 
 
 def validate(cfg) -> None:
+    compute_dtype(cfg.precision)  # an unknown --precision names the allowed values
     window = getattr(cfg.attention_window, "value", cfg.attention_window)
     for option in (
         "encoder_embed_dim",
@@ -244,6 +255,7 @@ class LuongModel(FairseqEncoderDecoderModel):
             dropout_placement=placement,
         )
         model = cls(encoder, decoder)
+        set_precision(model, cfg.precision)
         init_uniform_(model, cfg.init_range)
         if attention is not None and cfg.position_lr_scale != 1:
             window_module = attention.window

@@ -54,6 +54,7 @@ from .attention import attend
 from .gru import PaperGRU
 from .maxout import Maxout
 from .options import lookup
+from .precision import at_least_fp32, mixed_precision, step_attention_precision
 from .incremental import CachedStateDecoder
 from .scores import ConcatScore
 from .source import attention_to_src_layout
@@ -103,13 +104,17 @@ class BahdanauDecoder(CachedStateDecoder):
             source = encoder_out["summary"]  # B x n: c
         else:
             source = encoder_out["first_backward"]  # B x n: h←_1
-        state = {"hidden": torch.tanh(self.W_s(source))}  # B x n: s_0
+        hidden = torch.tanh(self.W_s(source))  # B x n: s_0
+        state = {"hidden": hidden.to(at_least_fp32(hidden.dtype))}  # fp32 under bf16
         if self.attention is not None:
             # B x S x n': U_a h_j + b_a (b_a is the score's key bias)
-            state["proj_keys"] = self.attention.precompute(encoder_out["encoder_out"])
+            proj_keys = self.attention.precompute(encoder_out["encoder_out"])
+            # fp32 under bf16: a step's attention runs in fp32 (precision.py)
+            state["proj_keys"] = proj_keys.to(at_least_fp32(proj_keys.dtype))
         return state
 
     # -- forward -----------------------------------------------------------
+    @mixed_precision
     def forward(
         self,
         prev_output_tokens,
@@ -132,6 +137,7 @@ class BahdanauDecoder(CachedStateDecoder):
     def output_layer(self, features: Tensor) -> Tensor:
         return self.W_o(features)  # B x T x V: p(y_i) = softmax(W_o t_i)
 
+    @mixed_precision
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
         state = None
         if incremental_state is not None:
@@ -181,8 +187,10 @@ class BahdanauDecoder(CachedStateDecoder):
         self, hidden: Tensor, proj_keys: Tensor, encoder_out: Dict[str, Tensor]
     ) -> Tuple[Tensor, Tensor]:
         """s_{i-1} (B x n) -> c_i (B x A), α_i (B x S, true order)."""
-        scores = self.attention(hidden.unsqueeze(1), proj_keys)  # B x 1 x S: e_ij
-        excluded = encoder_out["src_pad_mask"].unsqueeze(1)  # B x 1 x S
-        context, prob = attend(scores, excluded, None, encoder_out["encoder_out"])
+        query, values = hidden.unsqueeze(1), encoder_out["encoder_out"]  # B x 1 x n, B x S x A
+        with step_attention_precision(query, values):
+            scores = self.attention(query, proj_keys)  # B x 1 x S: e_ij
+            excluded = encoder_out["src_pad_mask"].unsqueeze(1)  # B x 1 x S
+            context, prob = attend(scores, excluded, None, values)
         return context.squeeze(1), prob.squeeze(1)  # B x A, B x S
 

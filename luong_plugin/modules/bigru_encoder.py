@@ -35,6 +35,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .gru import PaperGRU
+from .precision import mixed_precision
 from .source_encoder import SourceEncoder
 
 
@@ -67,6 +68,7 @@ class GRUEncoder(SourceEncoder):
             self.V = nn.Linear(hidden_size, hidden_size)  # c = tanh(V h_{T_x})
         self.output_dim = 2 * hidden_size if bidirectional else hidden_size
 
+    @mixed_precision
     def forward(
         self, src_tokens: Tensor, src_lengths: Tensor = None
     ) -> Dict[str, Tensor]:

@@ -28,6 +28,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .precision import at_least_fp32
+
 
 class PaperGRU(nn.Module):
     def __init__(self, input_size: int, hidden_size: int):
@@ -46,11 +48,12 @@ class PaperGRU(nn.Module):
 
     def step(self, x_proj: Tensor, h: Tensor) -> Tensor:
         """One step from the projected input (B x 3n) and h_{i-1} (B x n)."""
-        cand_in, update_in, reset_in = x_proj.chunk(3, dim=-1)  # B x n each
-        update_h, reset_h = self.U_zr(h).chunk(2, dim=-1)  # B x n each
+        state = at_least_fp32(h.dtype)  # the gates and h_i in fp32 under bf16 (precision.py)
+        cand_in, update_in, reset_in = x_proj.to(state).chunk(3, dim=-1)  # B x n each
+        update_h, reset_h = self.U_zr(h).to(state).chunk(2, dim=-1)  # B x n each
         z = torch.sigmoid(update_in + update_h)  # z_i
         r = torch.sigmoid(reset_in + reset_h)  # r_i
-        h_tilde = torch.tanh(cand_in + self.U(r * h))  # h̃_i
+        h_tilde = torch.tanh(cand_in + self.U(r * h).to(state))  # h̃_i
         return (1 - z) * h + z * h_tilde  # B x n: h_i
 
     def forward(

@@ -4,6 +4,7 @@ reordered by the decoder itself, and the ``need_attn`` switch of
 
 from typing import Dict, Optional
 
+import torch
 from fairseq.models import FairseqIncrementalDecoder
 from torch import Tensor
 
@@ -17,6 +18,7 @@ class CachedStateDecoder(FairseqIncrementalDecoder):
 
     BATCH_DIMS: Dict[str, int] = {}
     WITHOUT_ATTENTION = ""
+    compute_dtype: Optional[torch.dtype] = None  # autocast dtype, precision.py (None: fp32)
 
     def cached_state(self, incremental_state) -> Optional[Dict[str, Tensor]]:
         return self.get_incremental_state(incremental_state, "cached_state")

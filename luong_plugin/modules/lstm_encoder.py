@@ -23,6 +23,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .precision import mixed_precision
 from .source import gather_positions
 from .source_encoder import SourceEncoder
 
@@ -72,6 +73,7 @@ class LuongEncoder(SourceEncoder):
         )
         self.output_dim = hidden_size
 
+    @mixed_precision
     def forward(self, src_tokens: Tensor, src_lengths: Tensor = None) -> Dict[str, Tensor]:
         layout = self.layout(src_tokens)
         tokens = layout.to_true_order(src_tokens)  # B x S

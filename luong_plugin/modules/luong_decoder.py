@@ -56,6 +56,7 @@ from torch import Tensor
 from .attention import LuongAttention
 from .incremental import CachedStateDecoder
 from .loop_weight import LoopWeight
+from .precision import at_least_fp32, mixed_precision, product_dtype, step_attention_precision
 from .source import attention_to_src_layout
 
 
@@ -68,6 +69,7 @@ def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: Lo
         c_t = σ(f) ∘ c_{t-1} + σ(i) ∘ tanh(g),   h_t = σ(o) ∘ tanh(c_t)
     """
     gates = weight.addmm(gates_in, inputs)  # B x 4H
+    gates = gates.to(at_least_fp32(gates.dtype))  # c_t, h_t in fp32 under bf16 (precision.py)
     i, f, g, o = gates.chunk(4, dim=1)  # B x H each
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # B x H: c_t
     h = torch.sigmoid(o) * torch.tanh(c)  # B x H: h_t
@@ -125,10 +127,13 @@ class LuongDecoder(CachedStateDecoder):
             "input_feed": hidden.new_zeros(hidden.size(1), self.out_embed_dim),  # B x O
         }
         if self.attention is not None:
-            state["proj_keys"] = self.attention.precompute(encoder_out["encoder_out"])
+            proj_keys = self.attention.precompute(encoder_out["encoder_out"])  # B x S x K
+            # fp32 under bf16: a step's attention runs in fp32 (precision.py)
+            state["proj_keys"] = proj_keys.to(at_least_fp32(proj_keys.dtype))
         return state
 
     # -- forward -----------------------------------------------------------
+    @mixed_precision
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         features, extra = self.extract_features(
             prev_output_tokens, encoder_out, incremental_state
@@ -142,6 +147,7 @@ class LuongDecoder(CachedStateDecoder):
     def output_layer(self, features: Tensor) -> Tensor:
         return self.W_s(features)  # B x T x V, eq. (6)
 
+    @mixed_precision
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
         state = None
         start = 0
@@ -156,7 +162,9 @@ class LuongDecoder(CachedStateDecoder):
         steps = torch.arange(start, start + T, device=prev_output_tokens.device)  # T
         x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x C
 
-        if self.input_feeding or self.step_by_step:
+        # bf16 decoding steps take the loop too: nn.LSTM would hand on a bf16 cell state
+        one_step_bf16 = incremental_state is not None and self.compute_dtype is not None
+        if self.input_feeding or self.step_by_step or one_step_bf16:
             attn_vec, prob, center, hidden, cell, input_feed = self._step_loop(
                 x, state, encoder_out, steps, incremental_state
             )
@@ -191,7 +199,7 @@ class LuongDecoder(CachedStateDecoder):
         weights = [LoopWeight(weight_t) for weight_t, _ in layers]
         combine = None  # eq. (5)'s W_c: nn.Linear, or taped in training
         if self.attention is not None and torch.is_grad_enabled():
-            combine = LoopWeight(self.W_c.weight.t())
+            combine = LoopWeight(self.W_c.weight.t().to(product_dtype(x)))
         # layer 0's input gates from y_{t-1}, all steps in one GEMM; unbind, not
         # slicing per step: one backward node instead of a B x T x 4H zero-fill per step
         gates_x = F.linear(x, lstm.weight_ih_l0[:, :C], layers[0][1])  # B x T x 4H
@@ -259,7 +267,8 @@ class LuongDecoder(CachedStateDecoder):
             w_ih, w_hh = getattr(lstm, f"weight_ih_l{k}"), getattr(lstm, f"weight_hh_l{k}")
             if k == 0:
                 w_ih = w_ih[:, embed_dim:]  # W_feed (empty without input feeding)
-            weight_t = torch.cat([w_ih, w_hh], dim=1).t()  # I x 4H
+            # I x 4H, cast once per call under bf16 (autocast would cast it at every step)
+            weight_t = torch.cat([w_ih, w_hh], dim=1).t().to(product_dtype(w_hh))
             bias = getattr(lstm, f"bias_ih_l{k}") + getattr(lstm, f"bias_hh_l{k}")  # 4H
             layers.append((weight_t, bias))
         return layers
@@ -277,14 +286,15 @@ class LuongDecoder(CachedStateDecoder):
         ``combine``: W_c as a ``LoopWeight`` inside the per-step loop (T = 1)."""
         if self.attention is None:
             return query, None, None  # Base: softmax(W_s h_t)
-        context, prob, extras = self.attention(
-            query,
-            proj_keys,
-            encoder_out["encoder_out"],
-            encoder_out["src_pad_mask"],
-            encoder_out["src_lengths"],
-            steps,
-        )
+        with step_attention_precision(query, encoder_out["encoder_out"]):
+            context, prob, extras = self.attention(
+                query,
+                proj_keys,
+                encoder_out["encoder_out"],
+                encoder_out["src_pad_mask"],
+                encoder_out["src_lengths"],
+                steps,
+            )
         joint = torch.cat([context, query], dim=-1)  # B x T x (E + H): [c_t; h_t]
         if combine is None:
             attn_vec = torch.tanh(self.W_c(joint))  # B x T x O: eq. (5)

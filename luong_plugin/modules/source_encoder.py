@@ -13,6 +13,7 @@ Shape legend: B batch, S source len (padded).
 
 from typing import Dict, Optional
 
+import torch
 import torch.nn as nn
 from fairseq.models import FairseqEncoder
 from torch import Tensor
@@ -24,6 +25,7 @@ class SourceEncoder(FairseqEncoder):
     """Subclasses document each ``encoder_out`` key's batch dimension in ``BATCH_DIMS``."""
 
     BATCH_DIMS: Dict[str, int] = {}
+    compute_dtype: Optional[torch.dtype] = None  # autocast dtype, precision.py (None: fp32)
 
     def __init__(
         self,

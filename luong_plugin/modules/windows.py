@@ -66,6 +66,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .options import lookup, require_positive
+from .precision import at_least_fp32
 
 
 class GlobalWindow(nn.Module):
@@ -126,7 +127,7 @@ class LocalMonotonicWindow(_LocalWindow):
         mid = torch.minimum(
             steps.unsqueeze(0), (src_lengths - 1).unsqueeze(1)
         )  # B x T: p_t = t, clipped to the sentence
-        return mid.type_as(query), mid
+        return mid.to(at_least_fp32(query.dtype)), mid  # fp32 under bf16: exact past 256
 
 
 class _BoundLogitGradient(torch.autograd.Function):
@@ -170,7 +171,8 @@ class LocalPredictiveWindow(_LocalWindow):
         logit = a * self.v_p(torch.tanh(a * self.W_p(query))).squeeze(-1)  # B x T
         if self.logit_bound > 0 and logit.requires_grad:
             logit = _BoundLogitGradient.apply(logit, self.logit_bound)
-        p_t = src_lengths.unsqueeze(1).type_as(query) * torch.sigmoid(logit)  # B x T: eq. (9)
+        logit = logit.to(at_least_fp32(logit.dtype))  # p_t in fp32 under bf16 (precision.py)
+        p_t = src_lengths.unsqueeze(1).type_as(logit) * torch.sigmoid(logit)  # B x T: eq. (9)
         if self.round_centre:  # checkpoints saved before the convention changed
             return p_t, torch.floor(p_t + 0.5).long()
         return p_t, torch.floor(p_t).long()  # Luong's code: floor(mu), attnLayerForward.m

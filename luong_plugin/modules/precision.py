@@ -1,0 +1,140 @@
+"""bf16 mixed precision for the plugin's models (``--precision bf16``).
+
+The parameters, their gradients and the optimizer's state stay fp32 (fairseq's
+trainer and optimizer are untouched). The encoder's and the decoder's forward
+passes run under ``torch.autocast`` in bf16 on the device of their parameters,
+CPU or CUDA, so the products (the input projections, the recurrent products,
+the scores of whole sequences, W_c, the output layer) run in bf16 with fp32
+accumulation, while these stay fp32:
+
+- softmax and log-softmax (attention.py, fairseq's ``get_normalized_probs``,
+  the fused loss);
+- the LSTM cell state c_t and h_t of the input-feeding loop and the GRU state
+  s_i / h_i: each product is cast to fp32 before the gates (``lstm_step``,
+  ``PaperGRU.step``);
+- local-p's p_t (eq. 9) and local-m's centre, which index positions up to S:
+  bf16's 8-bit mantissa would move them by several positions beyond 256;
+- the attention of one decoding step (T = 1 in the per-step loop), whose
+  B x 1 x S products are too small for bf16 to pay (measured slower than fp32:
+  README, "Mixed precision"), so it runs in fp32 on fp32 keys.
+
+The recurrent weights of the per-step loop are cast to bf16 once per call, not
+at every step (``loop_weights``): autocast caches the casts of parameters, not
+of the concatenated, transposed weights the loop multiplies.
+
+The switch is a model option, saved in the checkpoint; decoding can override it
+(``--model-overrides "{'precision': 'fp32'}"``). A CPU without native bf16
+instructions (AVX512-BF16 or AMX) is refused: there bf16 products are emulated
+and slower than fp32.
+"""
+
+import contextlib
+import functools
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .options import OptionError, lookup
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def compute_dtype(precision) -> Optional[torch.dtype]:
+    """The autocast dtype of a ``--precision`` value (None: fp32, no autocast)."""
+    return lookup("--precision", PRECISIONS, precision)
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX-BF16: oneDNN runs bf16 products in hardware."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def require_support(dtype: Optional[torch.dtype], device: torch.device) -> None:
+    if dtype is None:
+        return
+    if device.type == "cpu" and not cpu_has_native_bf16():
+        raise OptionError(
+            "--precision bf16 needs a CPU with native bf16 instructions (AVX512-BF16 or "
+            f"AMX); this one has {torch.backends.cpu.get_cpu_capability()} only, where torch "
+            "emulates bf16 products more slowly than fp32: use --precision fp32"
+        )
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise OptionError(
+            "--precision bf16 needs a GPU with bf16 support (compute capability 8.0 or "
+            "newer); use --precision fp32"
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def _checked(dtype: Optional[torch.dtype], device_type: str) -> bool:
+    require_support(dtype, torch.device(device_type))
+    return True
+
+
+def autocast(dtype: Optional[torch.dtype], device: torch.device):
+    """``torch.autocast`` to ``dtype`` on ``device``, or nothing for fp32."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    _checked(dtype, device.type)
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def mixed_precision(method):
+    """Run a module's method under its ``compute_dtype`` (set by ``set_precision``),
+    on the device of its parameters."""
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        dtype = self.compute_dtype
+        if dtype is None:
+            return method(self, *args, **kwargs)
+        with autocast(dtype, self.embed_tokens.weight.device):
+            return method(self, *args, **kwargs)
+
+    return wrapped
+
+
+def set_precision(model, precision) -> None:
+    """Set the compute dtype of a model's encoder and decoder from ``--precision``."""
+    dtype = compute_dtype(precision)
+    if not torch.cuda.is_available():  # a CPU-only machine: refuse before training starts
+        require_support(dtype, torch.device("cpu"))
+    for part in (model.encoder, model.decoder):
+        part.compute_dtype = dtype
+
+
+def autocast_on(device: str) -> bool:
+    """Whether autocast is on for a device type (the meta device has none)."""
+    return device in ("cpu", "cuda") and torch.is_autocast_enabled(device)
+
+
+def product_dtype(like: Tensor) -> torch.dtype:
+    """The dtype autocast gives products on ``like``'s device: bf16 inside the
+    model's autocast region, ``like.dtype`` outside it."""
+    device = like.device.type
+    if autocast_on(device):
+        return torch.get_autocast_dtype(device)
+    return like.dtype
+
+
+def at_least_fp32(dtype: torch.dtype) -> torch.dtype:
+    """fp16/bf16 -> fp32; fp32 and fp64 stay."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def full_precision(device: torch.device):
+    """A region without autocast (fp32 products), inside the model's autocast."""
+    return torch.autocast(device.type, enabled=False)
+
+
+def step_attention_precision(query: Tensor, values: Tensor):
+    """fp32 for the attention of one step (query B x 1 x H) under bf16 autocast,
+    when the query and the values are fp32 already: its B x 1 x S products run
+    slower in bf16 than in fp32. Otherwise (whole sequences, or fp32) nothing."""
+    device = query.device.type
+    if not (autocast_on(device) and query.dim() == 3 and query.size(1) == 1):
+        return contextlib.nullcontext()
+    if query.dtype != values.dtype or query.dtype == torch.get_autocast_dtype(device):
+        return contextlib.nullcontext()
+    return full_precision(query.device)
