@@ -100,6 +100,11 @@ RUNS = {
         "`local-p-luong`, `--renormalize-window`",
         LOCAL_P + OURS["luong-layout"] + OURS["luong"] + ["--renormalize-window"],
     ),
+    "local-p-forward-renorm": (
+        "`local-p-luong-renorm`, not reversed",
+        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        + ["--renormalize-window"],
+    ),
 }
 
 
