@@ -121,7 +121,7 @@ def result_path(name: str, seed: int) -> str:
 
 
 VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
-WALL = re.compile(r"\| train \|.*?\| wall (\d+)")
+WALL = re.compile(r"\bwall[= ](\d+)")
 
 
 def parse_log(text: str):
@@ -161,7 +161,8 @@ def train(name: str, seed: int, args) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     log_path = os.path.join(save_dir, "train.log")
     start = time.time()
-    if finished(log_path, args.updates):  # trained, its result not written: read the log
+    adopted = finished(log_path, args.updates)
+    if adopted:  # trained, its result not written: read the log
         code = 0
     else:
         with open(log_path, "w") as log:
@@ -184,7 +185,7 @@ def train(name: str, seed: int, args) -> dict:
         "threads": args.threads,
         "jobs_at_once": args.jobs,
         "options": options,
-        "commit": commit,
+        "commit": None if adopted else commit,  # an adopted log's run: see its train.log
     }
     os.makedirs(RESULTS, exist_ok=True)
     tmp = result_path(name, seed) + ".tmp"
@@ -214,34 +215,35 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
         "Rendered by `recipes/bible_es_en/compare.py` from `docs/experiments/compare/*.json`.",
         "Every run trains the demo's recipe (1 x 256, 8K SentencePiece vocabulary, 2,000-token",
         "batches, dropout 0.2, Adam) for a fixed number of updates; the cells give the valid",
-        "perplexity at 500, 1,000 and 2,000 updates as `mean (seed 1 / seed 2)`. Lower is better.",
+        "perplexity at 500, 1,000 and 2,000 updates as `mean (seed 1 / seed 2)`, or the one",
+        "seed's value where only one ran. Lower is better.",
         "",
-        "| run | what it changes | " + " | ".join(f"ppl @ {c}" for c in checkpoints) + " | upd/s |",
-        "|---|---|" + "---|" * (len(checkpoints) + 1),
+        "| run | what it changes | " + " | ".join(f"ppl @ {c}" for c in checkpoints) + " |",
+        "|---|---|" + "---|" * len(checkpoints),
     ]
     for name, (what, _) in RUNS.items():
         seeds = sorted(s for n, s in results if n == name)
         if not seeds:
-            lines.append(f"| `{name}` | {what} | " + " | ".join("not run" for _ in checkpoints) + " | |")
+            lines.append(f"| `{name}` | {what} | " + " | ".join("not run" for _ in checkpoints) + " |")
             continue
         cells = []
         for c in checkpoints:
-            values = [results[(name, s)]["valid_ppl"].get(str(c)) for s in seeds]
-            values = [v for v in values if v is not None]
+            values = {s: results[(name, s)]["valid_ppl"].get(str(c)) for s in seeds}
+            values = {s: v for s, v in values.items() if v is not None}
             if not values:
                 cells.append("")
-                continue
-            mean = sum(values) / len(values)
-            cells.append(f"{mean:.2f} ({' / '.join(f'{v:.2f}' for v in values)})")
-        speeds = [results[(name, s)]["updates"] / results[(name, s)]["seconds"] for s in seeds]
-        lines.append(
-            f"| `{name}` | {what} | " + " | ".join(cells) + f" | {sum(speeds) / len(speeds):.2f} |"
-        )
+            elif len(values) == 1:
+                (seed, value), = values.items()
+                cells.append(f"{value:.2f} (seed {seed})")
+            else:
+                mean = sum(values.values()) / len(values)
+                cells.append(f"{mean:.2f} ({' / '.join(f'{v:.2f}' for v in values.values())})")
+        lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "upd/s: updates per second of the whole run (validation included), one thread per run",
-        "with two runs at once; speeds from runs made while other work shared the machine are",
-        "not comparable between rows.",
+        "Runs trained one thread each, several at a time on a shared machine: their speeds say",
+        "nothing and are not shown. A cell with one value ran one seed; an empty cell was not",
+        "reached (the run's budget, `updates` in its JSON, was smaller).",
         "",
     ]
     with open(path, "w") as f:
