@@ -69,3 +69,21 @@ def test_gradient_share_is_the_norm_ratio():
     model.decoder.attention.window.W_p.weight.requires_grad_(False)
     model.decoder.attention.window.v_p.weight.requires_grad_(False)
     assert gradient_share(model, Task(), pairs, batches=1, batch_size=3)["grad_share"] == 0
+
+
+def test_rows_replot_from_json(tmp_path):
+    import json
+
+    from luong_plugin.analysis.position_trace import main
+
+    rows = [
+        {"updates": u, "corr": c, "p0": 0.5, "mass": 0.4, "at_edge": 0.1}
+        for u, c in [(250, -0.5), (500, 0.9)]
+    ]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    main(["--from-json", str(tmp_path / "rows.json"), "--png", str(tmp_path / "t.png")])
+    assert (tmp_path / "t.png").stat().st_size > 1000
+    with pytest.raises(SystemExit):
+        main(["--from-json", str(tmp_path / "rows.json"), "--path", "a.pt"])
+    with pytest.raises(SystemExit):
+        main(["--png", str(tmp_path / "t.png")])

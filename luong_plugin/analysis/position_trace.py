@@ -3,6 +3,7 @@ checkpoint, or over the checkpoints of one training run.
 
     luong-position-trace --data DIR --gen-subset valid --path A.pt [B.pt ...]
         [--json out.json] [--png trace.png] [--grad-batches 8]
+    luong-position-trace --from-json out.json --png trace.png
 
 For each checkpoint, teacher-forced on the split's references (forced.py):
 - ``corr``: Pearson correlation of p_t / n with t / m over every target word
@@ -118,11 +119,9 @@ def trace(paths: List[str], data: str, subset: str, grad_batches: int, batch_siz
 
 
 def plot(rows, png: str, title: str = "") -> None:
-    import matplotlib
+    from .plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     updates = [r["updates"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for key, label in [
@@ -133,7 +132,8 @@ def plot(rows, png: str, title: str = "") -> None:
     ]:
         ax.plot(updates, [r[key] for r in rows], marker="o", label=label)
     ax.set_xlabel("updates")
-    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.axhline(0, color="grey", linewidth=0.8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     if title:
@@ -145,8 +145,9 @@ def plot(rows, png: str, title: str = "") -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
-    parser.add_argument("--path", nargs="+", required=True, help="checkpoints of one run")
-    parser.add_argument("--data", required=True, help="fairseq data directory")
+    parser.add_argument("--path", nargs="+", help="checkpoints of one run")
+    parser.add_argument("--data", help="fairseq data directory")
+    parser.add_argument("--from-json", help="plot the rows of an earlier --json instead")
     parser.add_argument("--gen-subset", default="valid", help="binarized split to read")
     parser.add_argument("--grad-batches", type=int, default=8,
                         help="batches for the gradient share (0: skip it)")
@@ -157,10 +158,18 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.grad_batches < 0 or args.batch_size < 1:
         parser.error("--grad-batches must be >= 0 and --batch-size >= 1")
-    try:
-        rows = trace(args.path, args.data, args.gen_subset, args.grad_batches, args.batch_size)
-    except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"luong-position-trace: {e}")
+    if args.from_json:
+        if args.path:
+            parser.error("give --path (checkpoints to trace) or --from-json (rows to plot)")
+        with open(args.from_json) as f:
+            rows = json.load(f)
+    elif not (args.path and args.data):
+        parser.error("--path and --data are required (or --from-json)")
+    else:
+        try:
+            rows = trace(args.path, args.data, args.gen_subset, args.grad_batches, args.batch_size)
+        except (ValueError, FileNotFoundError) as e:
+            sys.exit(f"luong-position-trace: {e}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
