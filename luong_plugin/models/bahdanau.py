@@ -18,12 +18,18 @@ from ..modules.bahdanau_decoder import ATTENTIONS, READOUT_STATES, BahdanauDecod
 from ..modules.bigru_encoder import GRUEncoder
 from ..modules.gru import PaperGRU
 from ..modules.options import OptionError, check_state_dict, lookup, require_positive
-from ..modules.precision import PRECISIONS, compute_dtype, set_precision
+from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import ConcatScore
-from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
+from .config import (
+    PrecisionChoice,
+    add_dataclass_args,
+    config_defaults,
+    fill_defaults,
+    precision_field,
+    register_archs,
+)
 
 AttentionChoice = ChoiceEnum(list(ATTENTIONS))
-PrecisionChoice = ChoiceEnum(list(PRECISIONS))
 ReadoutChoice = ChoiceEnum(list(READOUT_STATES))
 
 
@@ -69,14 +75,7 @@ class BahdanauConfig(FairseqDataclass):
         default=0.0,
         metadata={"help": "dropout on the embeddings and on t_i (the paper uses none)"},
     )
-    precision: PrecisionChoice = field(
-        default="fp32",
-        metadata={
-            "help": "bf16: mixed precision, products in bf16, weights, softmax and "
-            "recurrent states fp32, on the CPU (AVX512-BF16/AMX) or a GPU; saved in the "
-            "checkpoint, --model-overrides \"{'precision': 'fp32'}\" changes it at decoding"
-        },
-    )
+    precision: PrecisionChoice = precision_field()
     max_source_positions: int = field(
         default=1024, metadata={"help": "longest source (the task's limit: the GRUs read any length)"}
     )

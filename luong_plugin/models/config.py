@@ -7,11 +7,28 @@ architectures can fill in their differences and ``fill_defaults`` the rest;
 """
 
 import argparse
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, field, fields
 from enum import Enum
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 from fairseq.utils import safe_getattr
+
+from ..modules.precision import PRECISIONS
+
+PrecisionChoice = ChoiceEnum(list(PRECISIONS))
+
+
+def precision_field():
+    """``--precision``, the same for every model of the plugin."""
+    return field(
+        default="fp32",
+        metadata={
+            "help": "bf16: mixed precision, products in bf16, weights, softmax and "
+            "recurrent states fp32, on the CPU (AVX512-BF16/AMX) or a GPU; saved in the "
+            "checkpoint, --model-overrides \"{'precision': 'fp32'}\" changes it at decoding"
+        },
+    )
 
 
 def _choices(field_type):

@@ -17,14 +17,20 @@ from ..modules.attention import LuongAttention
 from ..modules.luong_decoder import LuongDecoder
 from ..modules.lstm_encoder import LuongEncoder
 from ..modules.options import OptionError, check_state_dict, require_positive
-from ..modules.precision import PRECISIONS, compute_dtype, set_precision
+from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import SCORES
 from ..modules.windows import WINDOWS
-from .config import add_dataclass_args, config_defaults, fill_defaults, register_archs
+from .config import (
+    PrecisionChoice,
+    add_dataclass_args,
+    config_defaults,
+    fill_defaults,
+    precision_field,
+    register_archs,
+)
 
 ScoreChoice = ChoiceEnum(list(SCORES))
 DropoutPlacement = ChoiceEnum(["zaremba", "luong", "fairseq"])
-PrecisionChoice = ChoiceEnum(list(PRECISIONS))
 WindowChoice = ChoiceEnum(["none"] + list(WINDOWS))
 
 
@@ -110,14 +116,7 @@ class LuongConfig(FairseqDataclass):
     share_decoder_input_output_embed: bool = field(
         default=False, metadata={"help": "tie the target embedding and W_s"}
     )
-    precision: PrecisionChoice = field(
-        default="fp32",
-        metadata={
-            "help": "bf16: mixed precision, products in bf16, weights, softmax and "
-            "recurrent states fp32, on the CPU (AVX512-BF16/AMX) or a GPU; saved in the "
-            "checkpoint, --model-overrides \"{'precision': 'fp32'}\" changes it at decoding"
-        },
-    )
+    precision: PrecisionChoice = precision_field()
     max_source_positions: int = field(
         default=1024,
         metadata={

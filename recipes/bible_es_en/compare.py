@@ -21,7 +21,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
