@@ -135,9 +135,9 @@ def test_p_t_and_window_only_for_local_windows(arch, window, local):
         if local:
             D = 3  # luong_tiny's --window-size
             np.testing.assert_allclose(out["pt"], f.centers, atol=0.005)
-            if window == "local-m":  # p_t = t, clipped to the sentence
-                n_src = len(f.pair.source) + 1
-                assert out["pt"] == [float(min(t, n_src - 1)) for t in range(len(out["pt"]))]
+            if window == "local-m":  # p_t = t, capped at the last source word
+                n_words = len(f.pair.source)
+                assert out["pt"] == [float(min(t, n_words - 1)) for t in range(len(out["pt"]))]
             src_i, tgt_i = record["srcI"], word_index(f.pair.target, "sentencepiece")
             words_pt = explore.merge_positions(f.centers, src_i, tgt_i)
             np.testing.assert_allclose(out["ptW"], words_pt, atol=0.005)
