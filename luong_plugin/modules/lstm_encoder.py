@@ -22,6 +22,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .dropout import DropoutLSTM
 from .source import gather_positions
 from .source_encoder import SourceEncoder
 
@@ -56,12 +57,13 @@ class LuongEncoder(SourceEncoder):
     ):
         super().__init__(dictionary, embed_dim, dropout, max_source_positions)
         self.reverse_source = reverse_source
-        self.lstm = nn.LSTM(
+        self.lstm = DropoutLSTM(
             embed_dim,
             hidden_size,
             num_layers,
             batch_first=True,
             dropout=dropout if num_layers > 1 else 0.0,
+            module_name=type(self).__name__,
         )
         self.output_dim = hidden_size
 
