@@ -33,7 +33,14 @@ def luong_training(model: dict) -> dict:
 def bahdanau_training(model: dict) -> dict:
     return {
         "optimization": {"max_update": 0, "max_epoch": 0, "lr": [1.0], "clip_norm": 1.0},
-        "optimizer": {"_name": "adadelta", "lr": [1.0], "adadelta_eps": 1e-6, "adadelta_rho": 0.95},
+        # fairseq's adadelta has no dataclass and no defaults here: it reads weight_decay
+        "optimizer": {
+            "_name": "adadelta",
+            "lr": [1.0],
+            "adadelta_eps": 1e-6,
+            "adadelta_rho": 0.95,
+            "weight_decay": 0.0,
+        },
         "lr_scheduler": {"_name": "fixed"},
         "dataset": {"batch_size": 80, "max_tokens": None},
         "task": {"source_lang": "en", "target_lang": "fr"},

@@ -1,6 +1,6 @@
-"""Make fairseq's ``--replace-unk`` work with this fairseq's hard alignments.
+"""Narrow mends of fairseq bugs that users of the plugin hit, installed on import.
 
-fairseq-generate/-interactive compute ``hypo["alignment"]`` as a list of
+``--replace-unk``: fairseq-generate/-interactive compute ``hypo["alignment"]`` as a list of
 (source word, target word) pairs (``utils.extract_hard_alignment``), but
 ``utils.replace_unk`` still indexes it as a list of source positions, one per
 target word, and fails with ``TypeError: list indices must be integers or
@@ -13,10 +13,28 @@ IndexError.
 A source longer than the task's ``--max-source-positions`` stops fairseq with
 "Size of sample #N is invalid ..., skip this example with
 --skip-invalid-size-inputs-valid-test"; the message is extended to name the
-limits that can be raised instead. Nothing else in fairseq is touched.
+limits that can be raised instead.
+
+Diverse beam search (``--diverse-beam-groups G``): ``DiverseBeamSearch`` keeps
+the overlap between groups in one row per sentence of the batch, but indexes
+it with the sentences' dataset ids (``original_batch_idxs``), so any batch
+holding a sample id >= its size (every batch of a real test set but the
+first) stops with ``IndexError``, and smaller ids read other sentences' rows.
+The mend indexes the rows by position in the current batch and drops the rows
+of finished sentences when the generator removes them (``prune_sentences``),
+so a sentence's hypotheses no longer depend on its batch.
+
+``--print-step`` prints ``hypo["steps"]``, which only the iterative refinement
+generator records; fairseq's beam search ``SequenceGenerator`` stops with
+``KeyError: 'steps'``. The mend records, for each of its hypotheses, the
+number of decoding steps that produced it: its length in tokens, ``</s>``
+included. Nothing else in fairseq is touched.
 """
 
 import fairseq.utils as fairseq_utils
+import torch
+from fairseq.search import DiverseBeamSearch
+from fairseq.sequence_generator import SequenceGenerator
 from fairseq.tasks.fairseq_task import FairseqTask
 
 _original_replace_unk = fairseq_utils.replace_unk
@@ -59,7 +77,38 @@ def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_in
         ) from None
 
 
-if getattr(fairseq_utils.replace_unk, "__module__", None) != __name__:
-    fairseq_utils.replace_unk = replace_unk
-if getattr(FairseqTask.filter_indices_by_size, "__module__", None) != __name__:
-    FairseqTask.filter_indices_by_size = filter_indices_by_size
+_original_diverse_step = DiverseBeamSearch.step
+
+
+def diverse_step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None):
+    rows = torch.arange(lprobs.size(0), device=lprobs.device)  # B: group_overlap's rows
+    return _original_diverse_step(self, step, lprobs, scores, prev_output_tokens, rows)
+
+
+def diverse_prune_sentences(self, batch_idxs):
+    """Keep the group overlap of the sentences still being decoded (B' x G x G)."""
+    if self.group_overlap.numel() > 0:
+        self.group_overlap = self.group_overlap[batch_idxs]
+
+
+_original_generate = SequenceGenerator._generate
+
+
+def generate_with_steps(self, sample, *args, **kwargs):
+    finalized = _original_generate(self, sample, *args, **kwargs)
+    for hypos in finalized:
+        for hypo in hypos:
+            hypo.setdefault("steps", hypo["tokens"].numel())
+    return finalized
+
+
+def _install(owner, name, function):
+    if getattr(getattr(owner, name), "__module__", None) != __name__:
+        setattr(owner, name, function)
+
+
+_install(DiverseBeamSearch, "step", diverse_step)
+_install(DiverseBeamSearch, "prune_sentences", diverse_prune_sentences)
+_install(SequenceGenerator, "_generate", generate_with_steps)
+_install(fairseq_utils, "replace_unk", replace_unk)
+_install(FairseqTask, "filter_indices_by_size", filter_indices_by_size)

@@ -51,6 +51,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .attention import attend
+from .dropout import named_dropout
 from .gru import PaperGRU
 from .maxout import Maxout
 from .options import lookup
@@ -88,7 +89,7 @@ class BahdanauDecoder(CachedStateDecoder):
         self.max_target_positions = max_target_positions
         self.need_attn = True
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, dictionary.pad())
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = named_dropout(dropout, self)
         self.W_s = nn.Linear(init_source_dim, hidden_size)  # RNNencdec: V'
         self.gru = PaperGRU(embed_dim, hidden_size)  # W, W_z, W_r, U, U_z, U_r
         self.C = nn.Linear(context_dim, 3 * hidden_size, bias=False)  # [C; C_z; C_r]

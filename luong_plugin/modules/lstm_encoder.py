@@ -23,6 +23,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .dropout import DropoutLSTM, named_dropout
 from .precision import mixed_precision
 from .source import gather_positions
 from .source_encoder import SourceEncoder
@@ -63,13 +64,14 @@ class LuongEncoder(SourceEncoder):
         self.reverse_source = reverse_source
         self.reverse_source_eos = reverse_source_eos
         self.attend_source_eos = attend_source_eos
-        self.output_dropout = nn.Dropout(output_dropout)
-        self.lstm = nn.LSTM(
+        self.output_dropout = named_dropout(output_dropout, self)
+        self.lstm = DropoutLSTM(
             embed_dim,
             hidden_size,
             num_layers,
             batch_first=True,
             dropout=dropout if num_layers > 1 else 0.0,
+            module_name=type(self).__name__,
         )
         self.output_dim = hidden_size
 

@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .attention import LuongAttention
+from .dropout import DropoutLSTM, named_dropout
 from .incremental import CachedStateDecoder
 from .loop_weight import LoopWeight
 from .precision import at_least_fp32, mixed_precision, product_dtype, step_attention_precision
@@ -104,13 +105,14 @@ class LuongDecoder(CachedStateDecoder):
         self.need_attn = True
         self.step_by_step = False  # True: the per-step path even without input feeding
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, dictionary.pad())
-        self.dropout = nn.Dropout(dropout)
-        self.lstm = nn.LSTM(
+        self.dropout = named_dropout(dropout, self)
+        self.lstm = DropoutLSTM(
             embed_dim + (out_embed_dim if input_feeding else 0),
             hidden_size,
             num_layers,
             batch_first=True,
             dropout=dropout if num_layers > 1 else 0.0,
+            module_name=type(self).__name__,
         )
         if attention is not None:
             self.W_c = nn.Linear(encoder_output_dim + hidden_size, out_embed_dim, bias=False)
@@ -207,7 +209,6 @@ class LuongDecoder(CachedStateDecoder):
         hiddens = list(state["hidden"].unbind(0))  # L x [B x H]
         cells = list(state["cell"].unbind(0))
         input_feed = state["input_feed"]  # B x O: h̃_{t-1}
-        between = lstm.dropout if self.training else 0.0
         attn_vecs, probs, centers = [], [], []
         for t in range(x.size(1)):
             gates_in, below = gates_x[t], None
@@ -218,7 +219,7 @@ class LuongDecoder(CachedStateDecoder):
                         inputs.insert(0, self._feed_dropout(input_feed))
                 else:
                     gates_in = bias.expand(below.size(0), -1)  # B x 4H
-                    inputs = [F.dropout(below, between, self.training), hiddens[k]]
+                    inputs = [lstm.between_layers(below), hiddens[k]]
                 hiddens[k], cells[k] = lstm_step(
                     gates_in, torch.cat(inputs, dim=1), hiddens[k], cells[k], weight
                 )

@@ -18,6 +18,7 @@ import torch.nn as nn
 from fairseq.models import FairseqEncoder
 from torch import Tensor
 
+from .dropout import named_dropout
 from .source import SourceLayout, reorder_batch
 
 
@@ -38,7 +39,7 @@ class SourceEncoder(FairseqEncoder):
         self.padding_idx = dictionary.pad()
         self.max_source_positions = max_source_positions
         self.embed_tokens = nn.Embedding(len(dictionary), embed_dim, self.padding_idx)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = named_dropout(dropout, self)
 
     def layout(self, src_tokens: Tensor) -> SourceLayout:
         layout = SourceLayout.from_tokens(src_tokens, self.padding_idx)
