@@ -114,7 +114,8 @@ def cli(tool, *argv):
     from fairseq import options
     from fairseq_cli import generate, interactive, validate
 
-    argv = [str(a) for a in argv]
+    # no data-loader worker processes: each would cost seconds to start and to join
+    argv = [str(a) for a in argv] + ["--num-workers", "0"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         if tool == "validate":  # it logs its results through the progress bar's logger
