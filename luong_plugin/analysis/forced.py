@@ -23,7 +23,7 @@ Shape legend: B batch, T target len + EOS (padded), S source len + EOS (padded).
 
 import argparse
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -148,25 +148,39 @@ def resolve_scheme(scheme: str, pairs: Sequence[Pair]) -> str:
     return detect_scheme(p.source + p.target for p in pairs)
 
 
-@torch.no_grad()
-def force_decode(models, task, pairs: Sequence[Pair], batch_size=32, cpu=False) -> Iterator[Forced]:
-    """Teacher-forced attention of every pair, in order; an ensemble's maps are
-    averaged (as fairseq's generator averages them)."""
+class Batch(NamedTuple):
+    src_tokens: torch.Tensor  # B x S, padded as the task pads sources
+    src_lengths: torch.Tensor  # B
+    prev_output_tokens: torch.Tensor  # B x T: EOS + reference
+    target: torch.Tensor  # B x T: reference + EOS
+
+
+def collate(task, batch: Sequence[Pair], device="cpu") -> Batch:
+    """The pairs as the model reads them in training (fairseq's layout)."""
     from fairseq.data import data_utils
 
     pad, eos = task.source_dictionary.pad(), task.source_dictionary.eos()
     left_pad = getattr(getattr(task, "cfg", None), "left_pad_source", True)
+    targets = [p.tgt_tokens for p in batch]
+    tensors = (
+        data_utils.collate_tokens([p.src_tokens for p in batch], pad, eos, left_pad=left_pad),
+        torch.tensor([len(p.src_tokens) for p in batch]),
+        data_utils.collate_tokens(targets, pad, eos, move_eos_to_beginning=True),
+        data_utils.collate_tokens(targets, pad, eos),
+    )
+    return Batch(*(t.to(device) for t in tensors))
+
+
+@torch.no_grad()
+def force_decode(models, task, pairs: Sequence[Pair], batch_size=32, cpu=False) -> Iterator[Forced]:
+    """Teacher-forced attention of every pair, in order; an ensemble's maps are
+    averaged (as fairseq's generator averages them)."""
+    pad = task.source_dictionary.pad()
     device = "cuda" if torch.cuda.is_available() and not cpu else "cpu"
     models = [m.to(device) for m in models]
     for start in range(0, len(pairs), batch_size):
         batch = pairs[start : start + batch_size]
-        src_tokens = data_utils.collate_tokens(
-            [p.src_tokens for p in batch], pad, eos, left_pad=left_pad
-        ).to(device)  # B x S
-        src_lengths = torch.tensor([len(p.src_tokens) for p in batch], device=device)  # B
-        prev_output_tokens = data_utils.collate_tokens(
-            [p.tgt_tokens for p in batch], pad, eos, move_eos_to_beginning=True
-        ).to(device)  # B x T: EOS + reference
+        src_tokens, src_lengths, prev_output_tokens, _ = collate(task, batch, device)
         attn, centers = None, None
         for model in models:
             a, p_t = model_attention(model, src_tokens, src_lengths, prev_output_tokens, pad)

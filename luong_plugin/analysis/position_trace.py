@@ -32,7 +32,7 @@ from typing import Dict, List
 import numpy as np
 import torch
 
-from .forced import force_decode, load_ensemble, read_pairs
+from .forced import collate, force_decode, load_ensemble, read_pairs
 
 
 def checkpoint_updates(path: str) -> int:
@@ -72,19 +72,12 @@ def position_stats(forced) -> Dict[str, float]:
 def gradient_share(model, task, pairs, batches: int, batch_size: int) -> Dict[str, float]:
     """||grad of W_p, v_p|| / ||grad of everything|| on the first batches (no dropout)."""
     from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
-    from fairseq.data import data_utils
 
-    pad, eos = task.source_dictionary.pad(), task.source_dictionary.eos()
+    pad = task.source_dictionary.pad()
     model.eval()
     model.zero_grad()
     for start in range(0, min(len(pairs), batches * batch_size), batch_size):
-        batch = pairs[start : start + batch_size]
-        src = data_utils.collate_tokens([p.src_tokens for p in batch], pad, eos, left_pad=True)
-        lengths = torch.tensor([len(p.src_tokens) for p in batch])  # B
-        target = data_utils.collate_tokens([p.tgt_tokens for p in batch], pad, eos)  # B x T
-        prev = data_utils.collate_tokens(
-            [p.tgt_tokens for p in batch], pad, eos, move_eos_to_beginning=True
-        )  # B x T
+        src, lengths, prev, target = collate(task, pairs[start : start + batch_size])
         logits, _ = model(src, lengths, prev)  # B x T x V
         lprobs = torch.log_softmax(logits.float(), dim=-1)
         loss, _ = label_smoothed_nll_loss(

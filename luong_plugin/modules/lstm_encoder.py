@@ -88,16 +88,12 @@ class LuongEncoder(SourceEncoder):
         out, (final_hiddens, final_cells) = run_packed(self.lstm, x, layout.lengths)
         if self.reverse_source:
             out = gather_positions(out, reverse)  # back to true order
-        fields = self.layout_fields(layout)
-        if not self.attend_source_eos:
-            # attention sees the words only; a source of </s> alone keeps it
-            attended = torch.where(words > 0, words, layout.lengths)  # B
-            positions = torch.arange(tokens.size(1), device=tokens.device)  # S
-            fields["src_lengths"] = attended
-            fields["src_pad_mask"] = positions.unsqueeze(0) >= attended.unsqueeze(1)  # B x S
+        attended = layout  # what attention may weigh
+        if not self.attend_source_eos:  # the words only; a source of </s> alone keeps it
+            attended = layout.first(torch.where(words > 0, words, layout.lengths))
         return {
             "encoder_out": self.output_dropout(out),  # B x S x E
-            **fields,
+            **self.layout_fields(attended),
             "final_hiddens": final_hiddens,  # L x B x E
             "final_cells": final_cells,
         }

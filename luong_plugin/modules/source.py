@@ -12,7 +12,7 @@ column.
 Shape legend: B batch, T target len, S source len (padded).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -31,9 +31,12 @@ class SourceLayout:
         # a stable sort on the pad flag moves real tokens first, keeping their order
         order = torch.sort(is_pad.to(torch.uint8), dim=1, stable=True).indices
         lengths = (~is_pad).sum(dim=1)  # B
-        positions = torch.arange(src_tokens.size(1), device=src_tokens.device)
-        pad_mask = positions.unsqueeze(0) >= lengths.unsqueeze(1)  # B x S
-        return cls(order=order, lengths=lengths, pad_mask=pad_mask)
+        return cls(order=order, lengths=lengths, pad_mask=beyond(lengths, src_tokens.size(1)))
+
+    def first(self, counts: Tensor) -> "SourceLayout":
+        """The layout of each sentence's first ``counts`` (B) true positions only: the
+        rest counts as padding (the order of ``src_tokens`` is kept)."""
+        return replace(self, lengths=counts, pad_mask=beyond(counts, self.pad_mask.size(1)))
 
     def to_true_order(self, src_tokens: Tensor) -> Tensor:
         return src_tokens.gather(1, self.order)  # B x S
@@ -52,6 +55,12 @@ class SourceLayout:
         ``tokens`` end with it, S_b otherwise)."""
         last = tokens.gather(1, (self.lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)  # B
         return self.lengths - last.eq(eos).long()
+
+
+def beyond(lengths: Tensor, size: int) -> Tensor:
+    """B x size, True at positions s >= lengths[b]."""
+    positions = torch.arange(size, device=lengths.device)  # S
+    return positions.unsqueeze(0) >= lengths.unsqueeze(1)  # B x S
 
 
 def gather_positions(x: Tensor, index: Tensor) -> Tensor:
