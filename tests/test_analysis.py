@@ -1,5 +1,6 @@
 """Reading fairseq-generate output, heatmaps and the demo report."""
 
+import json
 import os
 
 import numpy as np
@@ -61,6 +62,10 @@ def test_report_scores_with_signatures(tmp_path, capsys):
     hyp = (tmp_path / "test.hyp").read_text(encoding="utf-8")
     assert hyp == "In the beginning God created\nthe house of the Lord\n"
     assert os.path.exists(tmp_path / "attention_0.png")
+    saved = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    assert saved["bleu"] == 100.0 and saved["chrf"] == 100.0 and saved["sentences"] == 2
+    assert saved["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert saved["training"] is None  # no --train-log given
 
 
 def test_report_refuses_missing_sentences(tmp_path):

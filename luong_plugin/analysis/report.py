@@ -4,10 +4,12 @@
 
 Prints sacreBLEU and chrF with their signatures (detokenised output against the
 raw reference), a few sample translations, and the path of an attention heatmap;
-writes DIR/test.hyp (one detokenised hypothesis per reference line).
+writes DIR/test.hyp (one detokenised hypothesis per reference line) and
+DIR/report.json (the scores, their signatures and the training summary).
 """
 
 import argparse
+import json
 import os
 import re
 
@@ -81,6 +83,19 @@ def main(argv=None):
         )
     print(f"sacreBLEU {bleu.score:.2f}  ({bleu_sig})")
     print(f"chrF2     {chrf.score:.2f}  ({chrf_sig})")
+    with open(os.path.join(args.out_dir, "report.json"), "w", encoding="utf-8") as f:
+        json.dump(
+            {
+                "sentences": len(references),
+                "bleu": round(bleu.score, 2),
+                "bleu_signature": str(bleu_sig),
+                "chrf": round(chrf.score, 2),
+                "chrf_signature": str(chrf_sig),
+                "training": summary,
+            },
+            f,
+            indent=1,
+        )
     step = max(1, len(references) // max(1, args.samples))
     for i in list(range(0, len(references), step))[: args.samples]:
         print(f"\n[{i}] source:    {decode_pieces(rows[i].source)}")

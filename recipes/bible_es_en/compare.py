@@ -104,6 +104,16 @@ RUNS = {
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
         + ["--renormalize-window"],
     ),
+    "global-forward-luong": (
+        "global, not reversed, `</s>` not attended, Luong's dropout (`local-p-forward-renorm`'s"
+        " settings)",
+        GLOBAL + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
+    ),
+    "local-p-forward-renorm-lr0.1": (
+        "`local-p-forward-renorm`, `--position-lr-scale 0.1`",
+        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        + ["--renormalize-window", "--position-lr-scale", "0.1"],
+    ),
 }
 
 

@@ -1,0 +1,190 @@
+"""The demo against its comparisons at one wall-time budget, one run after the other.
+
+    python recipes/bible_es_en/budget.py [--runs demo global lstm demo-fp32]
+        [--seeds 1 2] [--minutes 15] [--render-only]
+
+Each run is ``demo.sh`` itself (the same recipe, data, batches, 15 minutes of
+training on all cores, beam-5 decoding of the test chapters, sacreBLEU and chrF)
+with one thing changed, named in ``RUNS``. The runs go one after the other, seed
+by seed (demo, global, lstm, ... for seed 1, then seed 2), so that every model of
+a seed meets the machine in the same state; compare rows only within one
+machine. Each finished run writes ``docs/experiments/budget/NAME.seedK.json``
+(updates, valid perplexity at every epoch end, best valid perplexity, BLEU, chrF,
+the commit); a run whose JSON exists is skipped, so an interrupted table resumes
+where it stopped, and ``docs/BUDGET.md`` is rendered from the JSON files after
+every run.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(REPO, "docs", "experiments", "budget")
+
+# name: (what it is, demo.sh's environment)
+RUNS = {
+    "demo": ("`make demo`: local-p (general), renormalised window, bf16", {"PEER": ""}),
+    "global": ("ours, global (general), otherwise the demo", {"PEER": "global"}),
+    "lstm": ("fairseq's `lstm` (fp32: fairseq cannot train bf16 on a CPU)", {"PEER": "lstm"}),
+    "demo-fp32": ("the demo in fp32", {"PEER": "", "PRECISION": "fp32"}),
+    "global-fp32": ("ours, global, in fp32", {"PEER": "global", "PRECISION": "fp32"}),
+}
+
+VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
+
+
+def result_path(name: str, seed: int) -> str:
+    return os.path.join(RESULTS, f"{name}.seed{seed}.json")
+
+
+def describe_commit() -> str:
+    git = ["git", "-C", REPO]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        git + ["status", "--porcelain", "luong_plugin", "recipes"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def run(name: str, seed: int, args) -> dict:
+    what, env_change = RUNS[name]
+    run_dir = os.path.join("runs", "budget", f"{name}.seed{seed}")
+    env = dict(
+        os.environ, RUN=run_dir, SEED=str(seed), MINUTES=str(args.minutes), EXPLORE="0",
+        DATA=args.data, **env_change,
+    )  # fmt: skip
+    commit = describe_commit()
+    started = time.strftime("%Y-%m-%d %H:%M")
+    code = subprocess.call(
+        ["bash", os.path.join(REPO, "recipes", "bible_es_en", "demo.sh")],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    report = os.path.join(REPO, run_dir, "report.json")
+    if code != 0 or not os.path.exists(report):
+        raise RuntimeError(f"{name} seed {seed} failed (exit {code}): see {run_dir}/train.log")
+    with open(report) as f:
+        scores = json.load(f)
+    with open(os.path.join(REPO, run_dir, "train.log")) as f:
+        valid = {int(u): float(p) for p, u in VALID.findall(f.read())}
+    result = {
+        "name": name,
+        "what": what,
+        "seed": seed,
+        "minutes": args.minutes,
+        "threads": os.cpu_count(),
+        "environment": env_change,
+        "updates": scores["training"]["updates"],
+        "wall_s": scores["training"]["wall_s"],
+        "best_valid_ppl": scores["training"]["valid_ppl"],
+        "valid_ppl": {str(u): p for u, p in sorted(valid.items())},
+        "bleu": scores["bleu"],
+        "chrf": scores["chrf"],
+        "bleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"],
+        "started": started,
+        "commit": commit,
+    }
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(result_path(name, seed) + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(result_path(name, seed) + ".tmp", result_path(name, seed))
+    return result
+
+
+def load_results():
+    results = {}
+    if os.path.isdir(RESULTS):
+        for fname in sorted(os.listdir(RESULTS)):
+            if fname.endswith(".json"):
+                with open(os.path.join(RESULTS, fname)) as f:
+                    r = json.load(f)
+                results[(r["name"], r["seed"])] = r
+    return results
+
+
+def cell(values, fmt="{:.2f}"):
+    """`mean (seed 1 / seed 2)`, or one seed's value with its seed."""
+    if not values:
+        return "not run"
+    if len(values) == 1:
+        (seed, value), = values.items()
+        return f"{fmt.format(value)} (seed {seed})"
+    mean = sum(values.values()) / len(values)
+    return f"{fmt.format(mean)} ({' / '.join(fmt.format(v) for _, v in sorted(values.items()))})"
+
+
+def render(path: str) -> None:
+    results = load_results()
+    lines = [
+        "# The demo at its budget: 15 minutes of training, one run after the other",
+        "",
+        "Rendered by `recipes/bible_es_en/budget.py` from `docs/experiments/budget/*.json`.",
+        "Every run is `recipes/bible_es_en/demo.sh` (1 x 256, 8K SentencePiece vocabulary,",
+        "2,000-token batches, dropout 0.2, Adam, all cores, tcmalloc) with the one change its",
+        "row names, trained for the same wall time, then beam 5 on the 999 test verses.",
+        "Cells are `mean (seed 1 / seed 2)`. The runs went one after the other on one machine,",
+        "seed by seed: compare rows with each other, not with another machine's numbers.",
+        "",
+        "| run | what | updates | best valid ppl | sacreBLEU | chrF2 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, (what, _) in RUNS.items():
+        mine = {s: r for (n, s), r in results.items() if n == name}
+        if not mine:
+            continue
+        lines.append(
+            f"| `{name}` | {what} | "
+            + " | ".join(
+                cell({s: r[key] for s, r in mine.items()}, fmt)
+                for key, fmt in (
+                    ("updates", "{:.0f}"), ("best_valid_ppl", "{:.2f}"), ("bleu", "{:.2f}"),
+                    ("chrf", "{:.2f}"),
+                )
+            )  # fmt: skip
+            + " |"
+        )
+    todo = [f"`{n}` seed {s}" for s in (1, 2) for n in RUNS if (n, s) not in results]
+    lines += ["", "Valid perplexity at each epoch end (equal updates within a seed):", ""]
+    for (name, seed), r in sorted(results.items(), key=lambda kv: (kv[0][1], list(RUNS).index(kv[0][0]))):
+        curve = ", ".join(f"{u}: {p:.2f}" for u, p in r["valid_ppl"].items())
+        lines.append(f"- `{name}` seed {seed} ({r['started']}, commit {r['commit']}): {curve}")
+    if results:
+        r = next(iter(results.values()))
+        lines += ["", f"Signatures: `{r['bleu_signature']}` (BLEU), `{r['chrf_signature']}` (chrF2)."]
+    if todo:
+        lines += ["", "Not run yet: " + ", ".join(todo) + "."]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", nargs="+", default=["demo", "global", "lstm"], choices=list(RUNS),
+                        metavar="NAME", help=f"runs, in this order per seed, of: {', '.join(RUNS)}")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--minutes", type=float, default=15)
+    parser.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"))
+    parser.add_argument("--out", default=os.path.join(REPO, "docs", "BUDGET.md"))
+    parser.add_argument("--render-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.minutes <= 0:
+        parser.error(f"--minutes must be > 0, got {args.minutes}")
+    if not args.render_only:
+        todo = [(n, s) for s in args.seeds for n in args.runs if not os.path.exists(result_path(n, s))]
+        for i, (name, seed) in enumerate(todo, 1):
+            print(f"[{i}/{len(todo)}] {name} seed {seed}: about {args.minutes:g} minutes "
+                  f"of training ({time.strftime('%H:%M')})", flush=True)  # fmt: skip
+            r = run(name, seed, args)
+            render(args.out)
+            print(f"  {r['updates']} updates, best valid ppl {r['best_valid_ppl']}, "
+                  f"sacreBLEU {r['bleu']}, chrF2 {r['chrf']}", flush=True)  # fmt: skip
+    render(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
