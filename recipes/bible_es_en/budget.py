@@ -24,16 +24,21 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(REPO, "docs", "experiments", "budget")
+RUN_DIRS = os.path.join(REPO, "runs", "budget")
+DEMO = os.path.join(REPO, "recipes", "bible_es_en", "demo.sh")
 
 # name: (what it is, demo.sh's environment)
 RUNS = {
-    "demo": ("`make demo`: local-p (general), renormalised window, bf16", {"PEER": ""}),
-    "global": ("ours, global (general), otherwise the demo", {"PEER": "global"}),
-    "lstm": ("fairseq's `lstm` (fp32: fairseq cannot train bf16 on a CPU)", {"PEER": "lstm"}),
+    "demo": ("`make demo`: local-p (general), renormalised window, bf16",
+             {"PEER": "", "PRECISION": "bf16"}),
+    "global": ("ours, global (general), otherwise the demo", {"PEER": "global", "PRECISION": "bf16"}),
+    "lstm": ("fairseq's `lstm` (fp32: fairseq cannot train bf16 on a CPU)",
+             {"PEER": "lstm", "PRECISION": "fp32"}),
     "demo-fp32": ("the demo in fp32", {"PEER": "", "PRECISION": "fp32"}),
     "global-fp32": ("ours, global, in fp32", {"PEER": "global", "PRECISION": "fp32"}),
-}
+}  # fmt: skip
 
+DEFAULT_RUNS = ["demo", "global", "lstm"]
 VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
 
 
@@ -52,23 +57,20 @@ def describe_commit() -> str:
 
 def run(name: str, seed: int, args) -> dict:
     what, env_change = RUNS[name]
-    run_dir = os.path.join("runs", "budget", f"{name}.seed{seed}")
+    run_dir = os.path.join(RUN_DIRS, f"{name}.seed{seed}")
     env = dict(
         os.environ, RUN=run_dir, SEED=str(seed), MINUTES=str(args.minutes), EXPLORE="0",
         DATA=args.data, **env_change,
     )  # fmt: skip
     commit = describe_commit()
     started = time.strftime("%Y-%m-%d %H:%M")
-    code = subprocess.call(
-        ["bash", os.path.join(REPO, "recipes", "bible_es_en", "demo.sh")],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    report = os.path.join(REPO, run_dir, "report.json")
+    code = subprocess.call(["bash", DEMO], env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    report = os.path.join(run_dir, "report.json")
     if code != 0 or not os.path.exists(report):
         raise RuntimeError(f"{name} seed {seed} failed (exit {code}): see {run_dir}/train.log")
     with open(report) as f:
         scores = json.load(f)
-    with open(os.path.join(REPO, run_dir, "train.log")) as f:
+    with open(os.path.join(run_dir, "train.log")) as f:
         valid = {int(u): float(p) for p, u in VALID.findall(f.read())}
     result = {
         "name": name,
@@ -147,7 +149,9 @@ def render(path: str) -> None:
             )  # fmt: skip
             + " |"
         )
-    todo = [f"`{n}` seed {s}" for s in (1, 2) for n in RUNS if (n, s) not in results]
+    wanted = set(DEFAULT_RUNS) | {n for n, _ in results}
+    seeds = sorted({1, 2} | {s for _, s in results})
+    todo = [f"`{n}` seed {s}" for s in seeds for n in RUNS if n in wanted and (n, s) not in results]
     lines += ["", "Valid perplexity at each epoch end (equal updates within a seed):", ""]
     for (name, seed), r in sorted(results.items(), key=lambda kv: (kv[0][1], list(RUNS).index(kv[0][0]))):
         curve = ", ".join(f"{u}: {p:.2f}" for u, p in r["valid_ppl"].items())
@@ -163,7 +167,7 @@ def render(path: str) -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", nargs="+", default=["demo", "global", "lstm"], choices=list(RUNS),
+    parser.add_argument("--runs", nargs="+", default=DEFAULT_RUNS, choices=list(RUNS),
                         metavar="NAME", help=f"runs, in this order per seed, of: {', '.join(RUNS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--minutes", type=float, default=15)

@@ -1,0 +1,102 @@
+"""recipes/bible_es_en/budget.py: one result per run and seed from demo.sh's
+outputs, the rendered table, and runs that demo.sh knows."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+
+from conftest import REPO
+
+SPEC = importlib.util.spec_from_file_location(
+    "budget", os.path.join(REPO, "recipes", "bible_es_en", "budget.py")
+)
+budget = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(budget)
+
+LOG = """\
+2026-11-24 16:25:56 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.759 | nll_loss 9.021 | ppl 51.4 | wps 7940.5 | wpb 1305.2 | bsz 41.7 | num_updates 560
+2026-11-24 16:29:01 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 6.7 | nll_loss 5.2 | ppl 19.9 | wps 790.5 | wpb 1305.2 | bsz 41.7 | num_updates 1120 | best_loss 6.7
+"""  # noqa: E501
+
+
+def fake_demo(scores):
+    """A stand-in for demo.sh: writes what the real one leaves in $RUN, and records
+    the environment it was given."""
+    seen = []
+
+    def call(cmd, env, cwd, stdout):
+        assert cmd == ["bash", budget.DEMO] and cwd == budget.REPO
+        seen.append({k: env.get(k) for k in ("RUN", "SEED", "MINUTES", "PEER", "PRECISION", "EXPLORE")})
+        os.makedirs(env["RUN"], exist_ok=True)
+        with open(os.path.join(env["RUN"], "train.log"), "w") as f:
+            f.write(LOG)
+        with open(os.path.join(env["RUN"], "report.json"), "w") as f:
+            json.dump(scores.pop(0), f)
+        return 0
+
+    return call, seen
+
+
+def report(bleu, updates):
+    return {
+        "sentences": 999, "bleu": bleu, "chrf": bleu + 20, "bleu_signature": "nrefs:1|tok:13a",
+        "chrf_signature": "nrefs:1|nc:6",
+        "training": {"updates": updates, "wall_s": 900, "valid_ppl": 19.9},
+    }  # fmt: skip
+
+
+def test_runs_write_results_render_and_resume(tmp_path, monkeypatch):
+    monkeypatch.setattr(budget, "RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(budget, "RUN_DIRS", str(tmp_path / "runs"))
+    call, seen = fake_demo([report(30.0, 3000), report(29.0, 3200), report(32.0, 3100)])
+    monkeypatch.setattr(budget.subprocess, "call", call)
+    out = tmp_path / "BUDGET.md"
+    monkeypatch.setenv("PRECISION", "fp32")  # the caller's environment does not leak in
+    budget.main(["--runs", "demo", "global", "--seeds", "1", "--minutes", "0.5", "--out", str(out)])
+    assert [(s["PEER"], s["PRECISION"]) for s in seen] == [("", "bf16"), ("global", "bf16")]
+    assert seen[0]["SEED"] == "1" and seen[0]["MINUTES"] == "0.5" and seen[0]["EXPLORE"] == "0"
+    assert seen[0]["RUN"] == str(tmp_path / "runs" / "demo.seed1")
+    saved = json.loads((tmp_path / "results" / "demo.seed1.json").read_text())
+    assert saved["updates"] == 3000 and saved["bleu"] == 30.0 and saved["chrf"] == 50.0
+    assert saved["valid_ppl"] == {"560": 51.4, "1120": 19.9}
+    # the finished runs are skipped; seed 2 of the demo runs
+    budget.main(["--runs", "demo", "--seeds", "1", "2", "--minutes", "0.5", "--out", str(out)])
+    assert len(seen) == 3 and seen[2]["SEED"] == "2" and seen[2]["PEER"] == ""
+    text = out.read_text()
+    demo_row = next(line for line in text.splitlines() if line.startswith("| `demo` |"))
+    assert "31.00 (30.00 / 32.00)" in demo_row and "3050 (3000 / 3100)" in demo_row
+    global_row = next(line for line in text.splitlines() if line.startswith("| `global` |"))
+    assert "29.00 (seed 1)" in global_row
+    assert "Not run yet: `lstm` seed 1, `global` seed 2, `lstm` seed 2." in text
+
+
+def test_a_failed_run_writes_no_result(tmp_path, monkeypatch):
+    monkeypatch.setattr(budget, "RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(budget, "RUN_DIRS", str(tmp_path / "runs"))
+    monkeypatch.setattr(budget.subprocess, "call", lambda *a, **k: 1)
+    try:
+        budget.main(["--runs", "lstm", "--seeds", "1", "--out", str(tmp_path / "B.md")])
+    except RuntimeError as e:
+        assert "lstm seed 1 failed (exit 1)" in str(e)
+    else:
+        raise AssertionError("a failed run must stop the table")
+    assert not os.path.exists(tmp_path / "results" / "lstm.seed1.json")
+
+
+def test_every_run_is_a_peer_that_demo_sh_knows():
+    with open(budget.DEMO) as f:
+        cases = re.findall(r"^  (\w*|\"\")\) RUN=", f.read(), flags=re.M)
+    known = {c.strip('"') for c in cases}
+    assert known == {"", "global", "lstm"}
+    for name, (_, env) in budget.RUNS.items():
+        assert env["PEER"] in known, name
+        assert env["PRECISION"] in ("bf16", "fp32"), name
+
+
+def test_demo_sh_refuses_an_unknown_peer():
+    run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, PEER="gru"),
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 2
+    assert "PEER must be empty" in run.stderr and "'gru'" in run.stderr
