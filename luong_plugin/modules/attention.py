@@ -44,15 +44,20 @@ def attention_weights(
     prior: Optional[Tensor],
     renormalize: bool = False,
 ) -> Tensor:
-    """Mask, softmax (in fp32 at least) and prior: a_t over the scored positions."""
+    """Mask, softmax (in fp32 at least) and prior: a_t over the scored positions.
+    ``prior`` multiplies the softmax (eq. (10)'s Gaussian G); with ``renormalize``
+    it is log G (windows.py), added to the scores: softmax(score + log G) is
+    softmax · G divided by its sum, in one softmax."""
+    dtype = torch.promote_types(scores.dtype, torch.float32)  # fp16/bf16 -> fp32, fp64 stays
+    out_dtype = scores.dtype
+    if prior is not None and renormalize:
+        scores = scores.to(dtype) + prior  # B x T x (S|W): score + log G
+        prior = None
     if excluded is not None:
         scores = scores.masked_fill(excluded, float("-inf"))  # B x T x (S|W)
-    dtype = torch.promote_types(scores.dtype, torch.float32)  # fp16/bf16 -> fp32, fp64 stays
-    probs = torch.softmax(scores, dim=-1, dtype=dtype).type_as(scores)  # B x T x (S|W)
+    probs = torch.softmax(scores, dim=-1, dtype=dtype).to(out_dtype)  # B x T x (S|W)
     if prior is not None:
         probs = probs * prior  # eq. (10): Gaussian for local-p
-    if renormalize:
-        probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
 
 

@@ -24,7 +24,9 @@ Conventions (true source positions, see source.py), those of Luong's code
 - the Gaussian is applied after the softmax and the result is *not*
   renormalised, Luong's default (``normLocalAttn = 0``, trainLSTM.m line 94;
   attnLayerForward.m lines 69-75); ``renormalize=True`` divides by the sum,
-  i.e. softmax(score + log G), which is neither that nor Luong's
+  i.e. softmax(score + log G), and is computed so: the window then gives log G
+  as its ``prior``, added to the scores before one softmax (no exp, product,
+  sum and division per step). It is neither Luong's default nor his
   ``normLocalAttn = 1`` (softmax(score · G), lines 62-65; his comment: it
   "didn't work as well").
 - ``logit_bound`` B > 0 (``--position-logit-bound``, not in the paper): the
@@ -41,7 +43,8 @@ Every window offers the same two forms, each returning the same types:
 - ``mask(query, steps, src_lengths, positions)`` -> (outside, prior, extras)
   over the source positions ``positions`` (1-D: all S of the padded source, or
   a slice of them, U): ``outside`` B x T x (S|U), True where excluded, and
-  ``prior`` B x T x (S|U), the multiplier applied after the softmax; either is
+  ``prior`` B x T x (S|U), the multiplier applied after the softmax (its log,
+  added to the scores, when the window renormalises); either is
   None when it is a no-op (global: nothing excluded, no prior; local-m: no
   prior). This is the plain, masked implementation.
 - ``span(query, steps, src_lengths, src_len)`` -> (index, outside, prior,
@@ -179,7 +182,10 @@ class LocalPredictiveWindow(_LocalWindow):
 
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
         distance = positions.type_as(p_t) - p_t.unsqueeze(-1)  # B x T x (S|W)
-        return torch.exp(-distance.pow(2) / (2 * self.sigma**2))  # eq. (10)
+        log_g = distance.pow(2) * (-0.5 / self.sigma**2)  # B x T x (S|W): log of eq. (10)'s G
+        if self.renormalize:
+            return log_g  # softmax(score + log G), attention.attention_weights
+        return torch.exp(log_g)  # eq. (10)
 
 
 WINDOWS = {

@@ -109,6 +109,26 @@ RUNS = {
         " settings)",
         GLOBAL + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
     ),
+    "local-p-forward": (
+        "`local-p-forward-renorm` without `--renormalize-window` (the paper's eq. (10))",
+        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
+    ),
+    "local-p-forward-renorm-d14": (
+        "`local-p-forward-renorm` with D = 14 pieces (the paper's 10 words, in pieces)",
+        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        + ["--renormalize-window", "--window-size", "14"],
+    ),
+    "local-p-forward-renorm-whole": (
+        "`local-p-forward-renorm` with D = 200: a window and a Gaussian wider than any verse",
+        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        + ["--renormalize-window", "--window-size", "200"],
+    ),
+    "local-m-forward": (
+        "local-m (general), D = 10, with `global-forward-luong`'s conventions",
+        GLOBAL[:3] + ["local-m", "--attention-score", "general", "--window-size", "10",
+                      "--input-feeding", "--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"],
+    ),
     "local-p-forward-renorm-lr0.1": (
         "`local-p-forward-renorm`, `--position-lr-scale 0.1`",
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]

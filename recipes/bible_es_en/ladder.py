@@ -188,6 +188,8 @@ class Ladder:
         ]
         if arch.startswith("luong"):
             cmd += ["--window-size", a.window_size]
+        if arch != "lstm":  # the plugin's models; fairseq's lstm trains fp32 on a CPU
+            cmd += ["--precision", a.precision]
         print(f"[{name}] training {arch} for {a.updates} updates", flush=True)
         start = time.time()
         cpu = run(cmd, os.path.join(save_dir, "train.log"), a.threads)
@@ -196,6 +198,7 @@ class Ladder:
             "cpu_s": round(cpu),
             "valid_ppl": valid_ppl(os.path.join(save_dir, "train.log")),
             "updates": a.updates, "seed": a.seed,
+            "precision": "fp32" if arch == "lstm" else a.precision,
         }
         self.save()
         return ckpt
@@ -317,6 +320,7 @@ def write_results(results, args, path):
         f"{args.max_tokens} target tokens (at most {epochs:.1f} epochs), Adam lr {args.lr}, gradient norm 1, cross-entropy, seed {args.seed},",
         f"1 layer of {args.dim} units (embeddings too), window D = {args.window_size} pieces,",
         f"local-p with `--position-logit-bound {args.position_logit_bound:g}` (except the row that says otherwise),",
+        f"the plugin's models in `--precision {getattr(args, 'precision', 'fp32')}` (fairseq's `lstm` in fp32),",
         f"{args.jobs} models at a time with {args.threads} thread(s) each. Beam 5; BLEU is sacreBLEU on detokenised output",
         "against the raw reference; perplexity is the best validation perplexity",
         "(measured at half and at the end of the budget). Times are training only:",
@@ -424,6 +428,8 @@ def main(argv=None):
     parser.add_argument("--position-logit-bound", type=float, default=4.0,
                         help="local-p models' --position-logit-bound (0: the paper's plain training)")
     parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16",
+                        help="the plugin's models' --precision (fairseq's lstm: fp32)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="models trained at the same time (default: one per core)")
