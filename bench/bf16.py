@@ -104,7 +104,7 @@ def _ratio(results: dict, a: str, b: str, key: str):
 
 
 def targets(r: dict, verdict: Callable) -> list:
-    """(target, measured, verdict) rows of issue 16's targets."""
+    """(target, measured, verdict) rows of the bf16 targets and local-p's cost."""
     b = r.get("bf16")
     if not b or "skipped" in b:
         return []
@@ -121,6 +121,11 @@ def targets(r: dict, verdict: Callable) -> list:
         if ratio is not None:
             rows.append((f"training, {OURS} bf16 ({how}) vs fairseq lstm fp32 >= 1.5x",
                          f"{ratio:.2f}x", verdict(ratio, 1.5)))  # fmt: skip
+    for precision in ("", BF16):  # a local-p update should cost no more than a global one
+        ratio = _ratio(train, DEMO + precision, OURS + precision, "tok_s")
+        if ratio is not None:
+            rows.append((f"training at the demo's size, {DEMO}{precision} vs {OURS}{precision} >= 1.0x",
+                         f"{ratio:.2f}x", verdict(ratio, 1.0)))  # fmt: skip
     for model in (OURS, DEMO):
         ratio = _ratio(b.get("generate", {}), model + BF16, model, "sent_s")
         if ratio is not None:

@@ -100,3 +100,47 @@ def test_demo_sh_refuses_an_unknown_peer():
                          capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 2
     assert "PEER must be empty" in run.stderr and "'gru'" in run.stderr
+
+
+def demo_commands(**env):
+    run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, DRY_RUN="1", **env),
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    train, generate = run.stdout.splitlines()
+    return train.split(), generate.split()
+
+
+def test_demo_sh_trains_what_its_environment_says():
+    train, generate = demo_commands(SEED="7", PRECISION="fp32", MINUTES="30", RUN="/tmp/x")
+    at = train.index
+    assert train[at("--attention-window") + 1] == "local-p" and "--renormalize-window" in train
+    assert train[at("--seed") + 1] == "7" and train[at("--precision") + 1] == "fp32"
+    assert train[at("--stop-time-hours") + 1] == "0.5" and train[at("--save-dir") + 1] == "/tmp/x"
+    assert "--no-reverse-source" in train and "--no-attend-source-eos" in train
+    assert generate[generate.index("--path") + 1] == "/tmp/x/checkpoint_best.pt"
+
+    train, _ = demo_commands(PEER="global", PRECISION="bf16")
+    assert train[train.index("--attention-window") + 1] == "global"
+    assert "--window-size" not in train and "--renormalize-window" not in train
+    assert train[train.index("--save-dir") + 1] == "runs/demo_global"
+    # everything else is the demo's
+    demo, _ = demo_commands(PRECISION="bf16")
+    window = {"--window-size", "10", "--position-logit-bound", "4", "--renormalize-window",
+              "local-p", "global", "runs/demo", "runs/demo_global"}  # fmt: skip
+    assert [a for a in train if a not in window] == [a for a in demo if a not in window]
+
+    train, _ = demo_commands(PEER="lstm")
+    assert train[train.index("--arch") + 1] == "lstm" and "--precision" not in train
+
+
+def test_demo_sh_picks_bf16_only_where_the_hardware_has_it():
+    from luong_plugin.modules.precision import cpu_has_native_bf16
+    import torch
+
+    env = dict(os.environ)
+    env.pop("PRECISION", None)
+    run = subprocess.run(["bash", budget.DEMO], env=dict(env, DRY_RUN="1"),
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    train = run.stdout.splitlines()[0].split()
+    native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else cpu_has_native_bf16()
+    assert train[train.index("--precision") + 1] == ("bf16" if native else "fp32")
+    assert ("no native bf16" in run.stderr) == (not native)
