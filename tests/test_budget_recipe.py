@@ -117,6 +117,7 @@ def test_demo_sh_trains_what_its_environment_says():
     assert train[at("--stop-time-hours") + 1] == "0.5" and train[at("--save-dir") + 1] == "/tmp/x"
     assert "--no-reverse-source" in train and "--no-attend-source-eos" in train
     assert generate[generate.index("--path") + 1] == "/tmp/x/checkpoint_best.pt"
+    assert generate[generate.index("--print-alignment") + 1] == "soft"  # the heatmaps need it
 
     train, _ = demo_commands(PEER="global", PRECISION="bf16")
     assert train[train.index("--attention-window") + 1] == "global"

@@ -23,6 +23,7 @@
 #   4. python -m luong_plugin.analysis.report ...
 #   5. luong-bleu-by-length ... and luong-curves ...  (BLEU by source length, learning curve)
 set -euo pipefail
+{  # read whole before it runs: editing this file cannot change a run in progress
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
@@ -157,3 +158,5 @@ if [ -f "$OURS/test.gen.txt" ]; then
 else
   echo "[explore] $OURS/test.gen.txt missing: run recipes/bible_es_en/demo.sh first"
 fi
+exit
+}
