@@ -145,3 +145,16 @@ def test_demo_sh_picks_bf16_only_where_the_hardware_has_it():
     native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else cpu_has_native_bf16()
     assert train[train.index("--precision") + 1] == ("bf16" if native else "fp32")
     assert ("no native bf16" in run.stderr) == (not native)
+
+
+def test_the_training_seed_does_not_change_the_data_split(tmp_path):
+    """demo.sh passes SEED (the training seed) on to prepare.sh, whose chapter split
+    must stay seed 1: a second seed trains and is tested on the same verses."""
+    prepare = os.path.join(budget.REPO, "recipes", "bible_es_en", "prepare.sh")
+    env = dict(os.environ, SEED="2", SWORD_DIR=str(tmp_path / "no-sword"))
+    subprocess.run(["bash", prepare, "--out", str(tmp_path)], env=env, capture_output=True)
+    # the split's parameters are recorded before the (here impossible) extraction
+    assert (tmp_path / "raw" / ".params").read_text().startswith("seed=1 ")
+    env["SPLIT_SEED"] = "3"
+    subprocess.run(["bash", prepare, "--out", str(tmp_path)], env=env, capture_output=True)
+    assert (tmp_path / "raw" / ".params").read_text().startswith("seed=3 ")

@@ -8,7 +8,8 @@
 #   --max-train N    keep N training pairs       (env MAX_TRAIN, default all)
 #   --valid N        held-out valid verses       (env VALID,     default 1000)
 #   --test N         held-out test verses        (env TEST,      default 1000)
-#   --seed N         chapter split / sample seed (env SEED,      default 1)
+#   --seed N         chapter split / sample seed (env SPLIT_SEED, default 1; not SEED,
+#                    which the training recipes read as the training seed)
 #   --sword-dir DIR  SWORD library root          (env SWORD_DIR, default /usr/share/sword)
 #   env PYTHON       interpreter with sentencepiece, pysword, fairseq
 #                    (default .venv/bin/python)
@@ -26,7 +27,7 @@ VOCAB=${VOCAB:-8000}
 MAX_TRAIN=${MAX_TRAIN:-}
 VALID=${VALID:-1000}
 TEST=${TEST:-1000}
-SEED=${SEED:-1}
+SEED=${SPLIT_SEED:-1}
 SWORD_DIR=${SWORD_DIR:-/usr/share/sword}
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 
