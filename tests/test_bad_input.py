@@ -1,5 +1,6 @@
 """Bad input either works correctly or stops with a message naming the option or
-input and what is allowed: unknown choices, window sizes, sources longer than the
+input and what is allowed: unknown choices, numeric values out of range (refused
+as the command line is parsed), window sizes, sources longer than the
 model or the task allows, empty and one-token sources, sizes that cannot fit,
 checkpoints loaded into another architecture, and odd lines fed to
 fairseq-interactive.
@@ -12,7 +13,9 @@ import importlib
 import io
 import os
 import random
+import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
 import torch
@@ -21,7 +24,13 @@ from fairseq import options
 from fairseq.sequence_generator import SequenceGenerator
 
 from luong_plugin.models import bahdanau, luong
-from luong_plugin.modules.options import CheckpointMismatchError, OptionError
+from luong_plugin.models.config import TASK_OPTIONS
+from luong_plugin.modules.options import (
+    VALUE_RULES,
+    CheckpointMismatchError,
+    OptionError,
+    option_name,
+)
 from luong_plugin.modules.scores import SCORES, build_score
 from luong_plugin.modules.windows import WINDOWS
 
@@ -80,6 +89,63 @@ def test_unknown_choice_past_the_parser(arch, overrides, message):
     with pytest.raises(OptionError) as err:
         build(arch, **overrides)
     assert message in str(err.value)
+
+
+# -- numeric values, refused as the command line is parsed -----------------------------
+
+CONFIGS = {"luong_tiny": luong.LuongConfig, "bahdanau_tiny": bahdanau.BahdanauConfig}
+
+
+def numeric_options(arch):
+    """(name, type) of every int and float option the arch's model adds."""
+    return [(f.name, f.type) for f in fields(CONFIGS[arch])
+            if f.type in (int, float) and f.name not in TASK_OPTIONS]  # fmt: skip
+
+
+def test_every_numeric_option_has_a_rule():
+    """A new numeric option cannot be added without saying what it allows."""
+    for arch in CONFIGS:
+        assert [n for n, _ in numeric_options(arch) if n not in VALUE_RULES] == [], arch
+
+
+def refused_value(name, field_type):
+    for text in ("0", "-1", "1.5"):
+        value = field_type(text) if field_type is float or "." not in text else None
+        if value is not None and VALUE_RULES[name](value):
+            return text
+    raise AssertionError(f"none of 0, -1, 1.5 breaks the rule of {name}")
+
+
+@pytest.mark.parametrize(
+    "arch, name, field_type", [(a, n, t) for a in CONFIGS for n, t in numeric_options(a)]
+)
+def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
+    text = refused_value(name, field_type)
+    with pytest.raises(SystemExit) as stop:
+        parse(arch, option_name(name), text)
+    assert stop.value.code == 2
+    assert f"error: argument {option_name(name)}: must be " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--window-size", "0"], "argument --window-size: must be a positive integer, got 0"),
+        (["--dropout", "1"], "argument --dropout: must be in [0, 1), got 1.0"),
+        (["--position-lr-scale", "2"], "argument --position-lr-scale: must be in (0, 1] (1: off), got 2.0"),
+        (["--position-logit-bound", "-4"], "argument --position-logit-bound: must be >= 0 (0: off), got -4.0"),
+        (["--init-range", "0"], "argument --init-range: must be > 0, got 0.0"),
+        (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),
+    ],
+)
+def test_fairseq_train_refuses_a_bad_value_in_one_line(argv, message):
+    """The real command: argparse's error as its last line, exit 2, no traceback."""
+    train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
+    run = subprocess.run([train, "/no/data", "--user-dir", USER_DIR, "--arch", "luong_tiny", *argv],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1] == f"fairseq-train: error: {message}"
+    assert "Traceback" not in run.stderr
 
 
 # -- window sizes ---------------------------------------------------------------------

@@ -64,6 +64,7 @@ def test_command_line_overrides_the_arch():
         (["--attention-window", "local"], "argument --attention-window: invalid choice: 'local' (choose from 'none', 'global', 'local-m', 'local-p')"),
         (["--arch", "luong_huge"], "argument --arch/-a: invalid choice: 'luong_huge'"),
         (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),
+        (["--window-size", "0"], "argument --window-size: must be a positive integer, got 0"),
     ],
 )
 def test_cli_rejects_bad_values(argv, message, capsys):
@@ -75,7 +76,6 @@ def test_cli_rejects_bad_values(argv, message, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--window-size", "0"], "--window-size must be a positive integer, got 0"),
         (["--encoder-hidden-size", "32"], "--encoder-hidden-size (32) must equal --decoder-hidden-size (24)"),
         (["--attention-window", "none"], "add --no-input-feeding"),
     ],

@@ -17,7 +17,7 @@ from fairseq.models import FairseqEncoderDecoderModel, register_model
 from ..modules.bahdanau_decoder import ATTENTIONS, READOUT_STATES, BahdanauDecoder
 from ..modules.bigru_encoder import GRUEncoder
 from ..modules.gru import PaperGRU
-from ..modules.options import OptionError, check_state_dict, lookup, require_positive
+from ..modules.options import check_state_dict, check_values, lookup
 from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import ConcatScore
 from .config import (
@@ -98,10 +98,7 @@ def validate(cfg) -> None:
     ]
     if attention is not None:
         sizes.append("attention_dim")  # unused by RNNencdec
-    for option in sizes:
-        require_positive("--" + option.replace("_", "-"), getattr(cfg, option))
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise OptionError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+    check_values(cfg, sizes + ["dropout"])
 
 
 @register_model("bahdanau", dataclass=BahdanauConfig)

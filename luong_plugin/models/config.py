@@ -14,6 +14,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 from fairseq.utils import safe_getattr
 
+from ..modules.options import argparse_type
 from ..modules.precision import PRECISIONS
 
 PrecisionChoice = ChoiceEnum(list(PRECISIONS))
@@ -42,7 +43,8 @@ TASK_OPTIONS = {"max_source_positions", "max_target_positions"}
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, config_cls) -> None:
-    """Add one option per field, booleans as a ``--x`` / ``--no-x`` pair."""
+    """Add one option per field, booleans as a ``--x`` / ``--no-x`` pair; choices and
+    numeric ranges (``VALUE_RULES``) are checked as the command line is parsed."""
     for f in fields(config_cls):
         if f.name.startswith("_") or f.name in TASK_OPTIONS:
             continue
@@ -65,7 +67,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, config_cls) -> None:
             parser.add_argument(
                 option,
                 dest=f.name,
-                type=str if choices else f.type,
+                type=str if choices else argparse_type(f.name, f.type),
                 choices=choices,
                 default=None,
                 metavar=None if choices else f.type.__name__.upper(),

@@ -7,7 +7,7 @@ init in [-0.1, 0.1]); every named architecture below sets only its differences.
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -16,7 +16,7 @@ from fairseq.models import FairseqEncoderDecoderModel, register_model
 from ..modules.attention import LuongAttention
 from ..modules.luong_decoder import LuongDecoder
 from ..modules.lstm_encoder import LuongEncoder
-from ..modules.options import OptionError, check_state_dict, require_positive
+from ..modules.options import VALUE_RULES, OptionError, check_state_dict, check_values
 from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import SCORES
 from ..modules.windows import WINDOWS
@@ -130,28 +130,7 @@ class LuongConfig(FairseqDataclass):
 def validate(cfg) -> None:
     compute_dtype(cfg.precision)  # an unknown --precision names the allowed values
     window = getattr(cfg.attention_window, "value", cfg.attention_window)
-    for option in (
-        "encoder_embed_dim",
-        "encoder_hidden_size",
-        "encoder_layers",
-        "decoder_embed_dim",
-        "decoder_hidden_size",
-        "decoder_layers",
-        "decoder_out_embed_dim",
-        "max_source_positions",
-        "max_target_positions",
-    ):
-        require_positive("--" + option.replace("_", "-"), getattr(cfg, option))
-    if window in ("local-m", "local-p"):
-        require_positive("--window-size", cfg.window_size)
-    if not cfg.position_logit_bound >= 0:
-        raise OptionError(
-            f"--position-logit-bound must be >= 0 (0: off), got {cfg.position_logit_bound}"
-        )
-    if not 0 < cfg.position_lr_scale <= 1:
-        raise OptionError(
-            f"--position-lr-scale must be in (0, 1] (1: off), got {cfg.position_lr_scale}"
-        )
+    check_values(cfg, [f.name for f in fields(LuongConfig) if f.name in VALUE_RULES])
     if cfg.position_lr_scale != 1 and window != "local-p":
         raise OptionError(
             "--position-lr-scale scales local-p's position network; it needs "
@@ -162,10 +141,6 @@ def validate(cfg) -> None:
             "--position-logit-bound bounds local-p's predicted position; it needs "
             f"--attention-window local-p, got {window}"
         )
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise OptionError(f"--dropout must be in [0, 1), got {cfg.dropout}")
-    if not cfg.init_range > 0:
-        raise OptionError(f"--init-range must be > 0, got {cfg.init_range}")
     if cfg.encoder_layers != cfg.decoder_layers:
         raise OptionError(
             "the decoder starts from the encoder's final states, so --encoder-layers "
