@@ -16,7 +16,7 @@ accumulation, while these stay fp32:
   bf16's 8-bit mantissa would move them by several positions beyond 256;
 - the attention of one decoding step (T = 1 in the per-step loop), whose
   B x 1 x S products are too small for bf16 to pay (measured slower than fp32:
-  README, "Mixed precision"), so it runs in fp32 on fp32 keys.
+  docs/SPEED.md, "Mixed precision"), so it runs in fp32 on fp32 keys.
 
 The recurrent weights of the per-step loop are cast to bf16 once per call, not
 at every step (``loop_weights``): autocast caches the casts of parameters, not

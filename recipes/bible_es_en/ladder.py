@@ -57,7 +57,7 @@ LUONG = {
     "local_m_dot": ("luong_local_m_dot_wmt_en_de", [], "local-m (dot)"),
     "local_m_general": ("luong_local_m_general_wmt_en_de", [], "local-m (general)"),
     "local_p_dot": ("luong_local_p_dot_wmt_en_de", [], "local-p (dot)"),
-    # ablation: eq. (9) trained without the bound saturates (README, "Saturation of p_t")
+    # ablation: eq. (9) trained without the bound saturates (docs/MODELS.md, "Saturation of p_t")
     "local_p_general_plain": (
         "luong_local_p_general_wmt_en_de", ["--position-logit-bound", "0"],
         "local-p (general), without --position-logit-bound"),
@@ -405,7 +405,7 @@ def write_results(results, args, path):
         "  are within what another seed could change.",
         "- Local-p without `--position-logit-bound`: trained with Adam, eq. (9)'s",
         "  sigmoid saturates within the first updates and p_t stays at one end of the",
-        "  sentence (README, \"Saturation of p_t\"). The bound keeps p_t trainable, but",
+        "  sentence (docs/MODELS.md, \"Saturation of p_t\"). The bound keeps p_t trainable, but",
         "  a budget this small ends before p_t has moved off the bound: the difference",
         "  between the two local-p (general) rows is noise here. Longer training (the",
         "  demo) shows the bounded p_t learning the diagonal.",
