@@ -196,6 +196,72 @@ def test_model_on_long_sources_matches_reference(window, score, feed, path, monk
         assert calls and set(calls) == {src.size(1)}
 
 
+# -- local-p's position network in the training loop: one node == the plain path -----
+@pytest.mark.parametrize("renormalize", [False, True], ids=["G", "renorm"])
+@pytest.mark.parametrize("scale", [1.0, 4.0], ids=["a1", "a4"])
+@pytest.mark.parametrize("bound", [0.0, 1.5], ids=["nobound", "bound"])
+def test_position_step_equals_the_plain_path(bound, scale, renormalize):
+    """Eq. (9) and eq. (10)'s prior step by step as the decoder's loop runs them in
+    training (``loop_weights``: one autograd node per step, the weight gradients one
+    GEMM over all steps) against the plain modules: p_t, the prior and the gradient
+    of the query, W_p and v_p, with logits beyond the bound on both sides."""
+    from luong_plugin.modules.windows import LocalPredictiveWindow
+
+    torch.manual_seed(0)
+    B, T, H, S = 4, 6, 8, 12
+    window = LocalPredictiveWindow(H, window_size=3, logit_bound=bound, renormalize=renormalize,
+                                   position_lr_scale=scale).double()  # fmt: skip
+    with torch.no_grad():
+        window.v_p.weight.mul_(8 / scale)  # logits on both sides of ±bound
+    queries = torch.randn(B, T, H, dtype=torch.float64)
+    lengths = torch.tensor([12, 9, 5, 7])
+    positions = torch.arange(S)
+    weights = torch.randn(B, T, S, dtype=torch.float64)  # a loss of either sign per element
+
+    def run(looped):
+        window.zero_grad()
+        query = queries.clone().requires_grad_()
+        loop = window.loop_weights(torch.float64) if looped else None
+        p_ts, priors = [], []
+        for t in range(T):
+            step = torch.arange(t, t + 1)
+            p_t, mid = window.centre(query[:, t : t + 1], step, lengths, loop)
+            priors.append(window.prior(p_t, positions))
+            p_ts.append(p_t)
+        p_t, prior = torch.cat(p_ts, 1), torch.cat(priors, 1)  # B x T, B x T x S
+        ((weights * prior).sum() + p_t.sum()).backward()
+        grads = [query.grad] + [param.grad.clone() for param in window.parameters()]
+        return p_t.detach(), prior.detach(), grads
+
+    plain, looped = run(False), run(True)
+    torch.testing.assert_close(looped[0], plain[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(looped[1], plain[1], atol=1e-12, rtol=0)
+    for got, want in zip(looped[2], plain[2]):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+    if bound:  # the bound acted: some logit lies beyond it
+        logits = window.logit(queries)
+        assert (logits.abs() > bound).any() and (logits.abs() < bound).any()
+
+
+def test_training_takes_the_masked_path_at_every_length(monkeypatch):
+    """With autograd recording a step, every local path's backward costs O(S) per step,
+    and ``forward`` takes the masked one; without, it picks by length (test above)."""
+    module = LuongAttention("general", "local-m", 24, 24, window_size=3)
+    calls = []
+    for path in ("masked", "sliced", "gathered"):
+        original = getattr(module, path)
+        monkeypatch.setattr(
+            module, path, lambda *a, p=path, f=original, **k: calls.append(p) or f(*a, **k)
+        )
+    for steps, shortest in (("spread", 1), ("together", 20)):
+        query, keys, pad_mask, lengths, steps = _attention_inputs(S=40, steps=steps, shortest=shortest)
+        keys.requires_grad_()
+        module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
+        with torch.no_grad():
+            module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
+    assert calls == ["masked", "gathered", "masked", "sliced"]
+
+
 # -- the harness -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_bench_quick_mode_writes_a_report(bible, tmp_path):

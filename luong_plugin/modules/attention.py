@@ -15,8 +15,13 @@ Three implementations of the same weights (windows.py):
   step costs O(D) rather than O(S) wherever the windows lie.
 ``forward`` takes the masked path while the source is shorter than
 ``GATHER_FROM`` windows; beyond, the sliced path while the slice is shorter
-than that, and the gathered path otherwise. Each path can be called directly.
-Either way the returned map covers the whole source, B x T x S.
+than that, and the gathered path otherwise. In training (autograd recording a
+step) it always takes the masked path: there every path's backward costs O(S)
+per step (the gradient of the sliced or gathered keys and values is a
+B x S x E buffer per step, zero-filled and added up), and the masked one was
+the cheapest or level at every length measured (S = 44 to 400, docs/SPEED.md).
+Each path can be called directly. Either way the returned map covers the
+whole source, B x T x S.
 
 Shape legend: B batch, T target len, S source len (padded), E encoder dim, H
 decoder hidden, K projected key dim, W window width 2D + 1, U slice length.
@@ -30,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .scores import build_score, take_positions
-from .windows import build_window
+from .windows import PositionWeights, build_window
 
 # gather once the source (or the slice of it that holds every window) is this
 # many windows long: below it, a few wasted scores in one batched product cost
@@ -116,14 +121,16 @@ class LuongAttention(nn.Module):
         src_pad_mask: Tensor,  # B x S, True on padding (true order)
         src_lengths: Tensor,  # B: S_b
         steps: Tensor,  # T: 0-based target positions t
+        position: Optional[PositionWeights] = None,  # the window's loop_weights(), or None
     ) -> Tuple[Tensor, Tensor, Dict[str, Tensor]]:
         args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
         if self.window.span is None:  # global: every position
             return self.masked(*args)
+        centre = self.window.centre(query, steps, src_lengths, position)  # (p_t, centre), B x T
         S, most = values.size(1), GATHER_FROM * self.window.width
-        if S < most:
-            return self.masked(*args)
-        centre = self.window.centre(query, steps, src_lengths)  # (p_t, integer centre), B x T
+        recorded = torch.is_grad_enabled() and (query.requires_grad or values.requires_grad)
+        if S < most or recorded:
+            return self.masked(*args, centre=centre)
         lo, hi = self.window_slice(centre[1], S)
         if hi - lo < most:
             return self.sliced(*args, lo=lo, hi=hi, centre=centre)
@@ -135,10 +142,10 @@ class LuongAttention(nn.Module):
         low, high = torch.aminmax(mid)
         return max(int(low) - D, 0), min(int(high) + D + 1, src_len)
 
-    def masked(self, query, proj_keys, values, src_pad_mask, src_lengths, steps):
+    def masked(self, query, proj_keys, values, src_pad_mask, src_lengths, steps, centre=None):
         """Score all S positions, exclude padding and what the window leaves out."""
         args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
-        return self._masked_over(*args, 0, values.size(1))
+        return self._masked_over(*args, 0, values.size(1), centre)
 
     def sliced(
         self, query, proj_keys, values, src_pad_mask, src_lengths, steps,

@@ -93,6 +93,16 @@ class LoopWeight:
         self.tape = _Tape() if self.taped else None  # generation: nothing to record
         self.weight_t = _Shared.apply(weight_t, self.tape) if self.taped else weight_t
 
+    def record(self, inputs: Tensor) -> int:
+        """For an autograd Function of its own that multiplies ``inputs`` (B x I) by
+        the weight in its forward: the step's index, to pass to ``record_grad``."""
+        self.tape.inputs.append(inputs.detach())
+        return len(self.tape.inputs) - 1
+
+    def record_grad(self, step: int, grad: Tensor) -> None:
+        """That Function's backward: the gradient of the step's product, B x N."""
+        self.tape.grads[step] = grad
+
     def addmm(self, bias: Optional[Tensor], inputs: Tensor) -> Tensor:
         if not self.taped:
             if bias is None:

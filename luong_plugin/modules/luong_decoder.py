@@ -59,6 +59,7 @@ from .incremental import CachedStateDecoder
 from .loop_weight import LoopWeight
 from .precision import at_least_fp32, mixed_precision, product_dtype, step_attention_precision
 from .source import attention_to_src_layout
+from .windows import PositionWeights
 
 
 def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: LoopWeight):
@@ -199,9 +200,10 @@ class LuongDecoder(CachedStateDecoder):
         layers = self._step_weights(C, incremental_state)
         # each weight's gradient as one GEMM over all steps (loop_weight.py)
         weights = [LoopWeight(weight_t) for weight_t, _ in layers]
-        combine = None  # eq. (5)'s W_c: nn.Linear, or taped in training
+        combine = position = None  # eq. (5)'s W_c, eq. (9)'s W_p, v_p: taped in training
         if self.attention is not None and torch.is_grad_enabled():
             combine = LoopWeight(self.W_c.weight.t().to(product_dtype(x)))
+            position = self.attention.window.loop_weights(product_dtype(x))  # local-p only
         # layer 0's input gates from y_{t-1}, all steps in one GEMM; unbind, not
         # slicing per step: one backward node instead of a B x T x 4H zero-fill per step
         gates_x = F.linear(x, lstm.weight_ih_l0[:, :C], layers[0][1])  # B x T x 4H
@@ -225,7 +227,8 @@ class LuongDecoder(CachedStateDecoder):
                 )
                 below = hiddens[k]
             attn_vec, prob, center = self._attend(
-                below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1], combine
+                below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1],
+                combine, position,
             )  # B x 1 x O, B x 1 x S, B x 1
             if self.input_feeding and self.dropout_placement == "fairseq":
                 attn_vec = self.dropout(attn_vec)  # to W_s and fed back
@@ -281,10 +284,12 @@ class LuongDecoder(CachedStateDecoder):
         encoder_out,
         steps: Tensor,
         combine: Optional[LoopWeight] = None,
+        position: Optional[PositionWeights] = None,
     ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
         """h_t (B x T x H) -> h̃_t (B x T x O), a_t (B x T x S, true order), p_t.
 
-        ``combine``: W_c as a ``LoopWeight`` inside the per-step loop (T = 1)."""
+        ``combine``, ``position``: W_c and local-p's W_p, v_p as ``LoopWeight``s
+        inside the per-step loop in training (T = 1)."""
         if self.attention is None:
             return query, None, None  # Base: softmax(W_s h_t)
         with step_attention_precision(query, encoder_out["encoder_out"]):
@@ -295,6 +300,7 @@ class LuongDecoder(CachedStateDecoder):
                 encoder_out["src_pad_mask"],
                 encoder_out["src_lengths"],
                 steps,
+                position,
             )
         joint = torch.cat([context, query], dim=-1)  # B x T x (E + H): [c_t; h_t]
         if combine is None:

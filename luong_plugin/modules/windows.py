@@ -64,12 +64,23 @@ Shape legend: B batch, T target len, S source len (padded), H query dim, D windo
 half-width, W window width 2D + 1.
 """
 
+from typing import NamedTuple, Optional
+
 import torch
 import torch.nn as nn
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
+from .loop_weight import LoopWeight
 from .options import lookup, require_positive
 from .precision import at_least_fp32
+
+
+class PositionWeights(NamedTuple):
+    """Eq. (9)'s W_p and v_p for one pass of the decoder's per-step loop."""
+
+    W_p: LoopWeight  # H x H, transposed, in the loop's product dtype
+    v_p: LoopWeight  # H x 1, transposed, fp32 at least: the logit stays fp32
 
 
 class GlobalWindow(nn.Module):
@@ -78,6 +89,9 @@ class GlobalWindow(nn.Module):
 
     def __init__(self, query_dim: int, window_size: int = 0, **unused):
         super().__init__()
+
+    def loop_weights(self, dtype: torch.dtype) -> Optional[PositionWeights]:
+        return None  # no position network
 
     def mask(
         self, query: Tensor, steps: Tensor, src_lengths: Tensor, positions: Tensor, centre=None
@@ -100,8 +114,12 @@ class _LocalWindow(nn.Module):
     def width(self) -> int:
         return 2 * self.window_size + 1  # W
 
-    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
-        """(p_t, B x T, the extras' value; the integer window centre, B x T)."""
+    def loop_weights(self, dtype: torch.dtype) -> Optional[PositionWeights]:
+        return None  # no position network
+
+    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor, weights=None):
+        """(p_t, B x T, the extras' value; the integer window centre, B x T).
+        ``weights``: ``loop_weights()``'s, inside the decoder's per-step loop."""
         raise NotImplementedError
 
     def prior(self, p_t: Tensor, positions: Tensor):
@@ -126,29 +144,96 @@ class _LocalWindow(nn.Module):
 
 
 class LocalMonotonicWindow(_LocalWindow):
-    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
+    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor, weights=None):
         mid = torch.minimum(
             steps.unsqueeze(0), (src_lengths - 1).unsqueeze(1)
         )  # B x T: p_t = t, clipped to the sentence
         return mid.to(at_least_fp32(query.dtype)), mid  # fp32 under bf16: exact past 256
 
 
-class _BoundLogitGradient(torch.autograd.Function):
-    """Identity forward. Backward drops the gradient of every element whose logit
-    lies beyond ±bound and that gradient descent would push further out."""
+class _PredictedPosition(torch.autograd.Function):
+    """p_t = S_b · σ(logit), eq. (9), as one autograd node (a step of the decoder's
+    loop records one node here instead of three).
+
+    ``bound`` B > 0 (``--position-logit-bound``): the forward pass is unchanged;
+    backward drops the gradient of every element whose logit lies beyond ±B and
+    that a descent step (which moves the logit by -grad) would push further out."""
 
     @staticmethod
-    def forward(ctx, logit: Tensor, bound: float) -> Tensor:
-        ctx.save_for_backward(logit)
+    def forward(ctx, logit: Tensor, lengths: Tensor, bound: float) -> Tensor:
+        s = torch.sigmoid(logit)  # B x T
+        ctx.save_for_backward(logit, s, lengths)
         ctx.bound = bound
-        return logit.clone()
+        return lengths * s  # B x T: p_t
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: Tensor):
-        (logit,) = ctx.saved_tensors
-        # a descent step moves the logit by -grad
-        outward = ((logit < -ctx.bound) & (grad > 0)) | ((logit > ctx.bound) & (grad < 0))
-        return grad.masked_fill(outward, 0.0), None
+        logit, s, lengths = ctx.saved_tensors
+        grad_logit = grad * (lengths * s * (1 - s))  # B x T: ∂p_t/∂logit = S_b σ (1 - σ)
+        if ctx.bound > 0:
+            outward = (logit.abs() > ctx.bound) & (grad_logit * logit < 0)
+            grad_logit = grad_logit.masked_fill(outward, 0.0)
+        return grad_logit, None, None
+
+
+class _PositionStep(torch.autograd.Function):
+    """Eq. (9) for one step of the decoder's loop in training, one autograd node:
+    p_t = S_b · σ(v_pᵀ tanh(W_p h_t)), h_t B x H. The products use ``weights``'
+    ``LoopWeight``s (inputs recorded, the weight gradients one GEMM each over all
+    steps); the backward is eq. (9)'s chain rule written out, with ``bound`` as in
+    ``_PredictedPosition``. Tested against the plain path (``logit`` + that)."""
+
+    @staticmethod
+    def forward(ctx, query, w_p, v_p, lengths, bound, weights):
+        x = query.to(w_p.dtype)  # B x H
+        hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
+        logit = hidden.mm(v_p)  # B x 1
+        s = torch.sigmoid(logit)  # B x 1
+        ctx.steps = (weights.W_p.record(x), weights.v_p.record(hidden))
+        ctx.weights, ctx.bound, ctx.query_dtype = weights, bound, query.dtype
+        ctx.save_for_backward(w_p, v_p, hidden, logit, s, lengths)
+        return lengths * s  # B x 1: p_t
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        w_p, v_p, hidden, logit, s, lengths = ctx.saved_tensors
+        grad_logit = grad * (lengths * s * (1 - s))  # B x 1
+        if ctx.bound > 0:
+            outward = (logit.abs() > ctx.bound) & (grad_logit * logit < 0)
+            grad_logit = grad_logit.masked_fill(outward, 0.0)
+        step_w, step_v = ctx.steps
+        ctx.weights.v_p.record_grad(step_v, grad_logit)
+        grad_pre = grad_logit.mm(v_p.t()) * (1 - hidden * hidden)  # B x H: through tanh
+        grad_pre = grad_pre.to(w_p.dtype)
+        ctx.weights.W_p.record_grad(step_w, grad_pre)
+        grad_query = grad_pre.mm(w_p.t()).to(ctx.query_dtype)  # B x H
+        return grad_query, None, None, None, None, None
+
+
+class _GaussianPrior(torch.autograd.Function):
+    """Eq. (10)'s G = exp(-(s - p_t)² / 2σ²) at ``positions`` (or its log, with
+    ``log``), as one autograd node: ∂ log G / ∂p_t = (s - p_t) / σ²."""
+
+    @staticmethod
+    def forward(ctx, p_t: Tensor, positions: Tensor, sigma: float, log: bool) -> Tensor:
+        distance = positions - p_t.unsqueeze(-1)  # B x T x (S|W): s - p_t
+        out = distance.square().mul_(-0.5 / sigma**2)  # log G
+        if not log:
+            out = out.exp_()  # G
+        ctx.save_for_backward(distance, None if log else out)
+        ctx.sigma = sigma
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        distance, g = ctx.saved_tensors
+        if g is not None:
+            grad = grad * g  # ∂G/∂p_t = G · ∂ log G/∂p_t
+        grad_p = torch.linalg.vecdot(grad, distance) * (1.0 / ctx.sigma**2)  # B x T
+        return grad_p, None, None, None
 
 
 class LocalPredictiveWindow(_LocalWindow):
@@ -169,23 +254,46 @@ class LocalPredictiveWindow(_LocalWindow):
         self.W_p = nn.Linear(query_dim, query_dim, bias=False)
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
-    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor):
+    def loop_weights(self, dtype: torch.dtype) -> Optional[PositionWeights]:
+        """W_p and v_p for one pass of the per-step loop in training: W_p cast to the
+        loop's product dtype once per call (as the LSTM's weights are), v_p fp32, and
+        the gradient of each one GEMM over all steps (``LoopWeight``). None (the plain
+        path) when either is frozen."""
+        if not (self.W_p.weight.requires_grad and self.v_p.weight.requires_grad):
+            return None
         a = self.position_lr_scale  # W_p and v_p are a · (their parameters)
-        logit = a * self.v_p(torch.tanh(a * self.W_p(query))).squeeze(-1)  # B x T
-        if self.logit_bound > 0 and logit.requires_grad:
-            logit = _BoundLogitGradient.apply(logit, self.logit_bound)
-        logit = logit.to(at_least_fp32(logit.dtype))  # p_t in fp32 under bf16 (precision.py)
-        p_t = src_lengths.unsqueeze(1).type_as(logit) * torch.sigmoid(logit)  # B x T: eq. (9)
+        w_p, v_p = self.W_p.weight.t(), self.v_p.weight.t()  # H x H, H x 1
+        if a != 1.0:
+            w_p, v_p = a * w_p, a * v_p
+        return PositionWeights(LoopWeight(w_p.to(dtype)), LoopWeight(v_p.to(at_least_fp32(dtype))))
+
+    def logit(self, query: Tensor) -> Tensor:
+        """v_pᵀ tanh(W_p h_t), B x T: the argument of eq. (9)'s sigmoid."""
+        a = self.position_lr_scale
+        if a == 1.0:
+            return self.v_p(torch.tanh(self.W_p(query))).squeeze(-1)  # B x T
+        return a * self.v_p(torch.tanh(a * self.W_p(query))).squeeze(-1)  # B x T
+
+    def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor, weights=None):
+        if weights is not None:  # one step of the decoder's loop in training (T = 1)
+            lengths = src_lengths.unsqueeze(1).to(weights.v_p.weight_t.dtype)  # B x 1: S_b
+            p_t = _PositionStep.apply(
+                query.squeeze(1), weights.W_p.weight_t, weights.v_p.weight_t, lengths,
+                self.logit_bound, weights,
+            )  # B x 1: eq. (9)
+        else:
+            logit = self.logit(query)  # B x T
+            logit = logit.to(at_least_fp32(logit.dtype))  # p_t in fp32 under bf16 (precision.py)
+            lengths = src_lengths.unsqueeze(1).type_as(logit)  # B x 1: S_b
+            p_t = _PredictedPosition.apply(logit, lengths, self.logit_bound)  # B x T: eq. (9)
         if self.round_centre:  # checkpoints saved before the convention changed
             return p_t, torch.floor(p_t + 0.5).long()
         return p_t, torch.floor(p_t).long()  # Luong's code: floor(mu), attnLayerForward.m
 
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
-        distance = positions.type_as(p_t) - p_t.unsqueeze(-1)  # B x T x (S|W)
-        log_g = distance.pow(2) * (-0.5 / self.sigma**2)  # B x T x (S|W): log of eq. (10)'s G
-        if self.renormalize:
-            return log_g  # softmax(score + log G), attention.attention_weights
-        return torch.exp(log_g)  # eq. (10)
+        """Eq. (10)'s G, B x T x (S|W); its log when renormalising: softmax(score +
+        log G), attention.attention_weights."""
+        return _GaussianPrior.apply(p_t, positions.type_as(p_t), self.sigma, self.renormalize)
 
 
 WINDOWS = {
