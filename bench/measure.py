@@ -263,6 +263,47 @@ def attention_step_times(
     return results
 
 
+def attention_train_step_times(
+    attentions: Dict[str, Callable],
+    lengths: Sequence[int],
+    batch: int,
+    hidden: int,
+    rounds: int,
+    steps: int = 20,
+) -> Dict[str, Dict[int, float]]:
+    """Seconds per training step (forward and backward, autograd on) of each
+    attention, for each S: ``steps`` steps of a recurrence as the input-feeding
+    loop runs them (each query adds the previous step's context), then one
+    backward through all of them, as in a training update."""
+    results = {name: {} for name in attentions}
+    for S in lengths:
+        g = torch.Generator().manual_seed(S)
+        keys = torch.randn(batch, S, hidden, generator=g)  # B x S x E
+        queries = torch.randn(steps, batch, 1, hidden, generator=g)  # T x B x 1 x H
+        src_lengths = torch.randint(S // 2, S + 1, (batch,), generator=g)
+        src_lengths[0] = S
+        pad_mask = torch.arange(S).unsqueeze(0) >= src_lengths.unsqueeze(1)  # B x S
+        jobs = {}
+        for name, (module, call) in attentions.items():
+
+            def job(module=module, call=call):
+                values = keys.clone().requires_grad_()
+                proj_keys = module.precompute(values)
+                context, total = torch.zeros(batch, 1, hidden), 0.0
+                for t in range(steps):
+                    query = queries[t] + 0.5 * context  # B x 1 x H
+                    args = (query, proj_keys, values, pad_mask, src_lengths, torch.tensor([t]))
+                    context, _, _ = call(*args)
+                    total = total + context.sum()
+                total.backward()
+
+            jobs[name] = job
+        seconds, _ = median_rounds(jobs, rounds, warmup=1)
+        for name, s in seconds.items():
+            results[name][S] = s / steps
+    return results
+
+
 # -- model FLOPs -----------------------------------------------------------------
 def training_flops(batches: Sequence[dict], dims: dict, window: str, feed: bool) -> float:
     """Useful FLOPs of training updates on ``batches`` (real tokens only, padding

@@ -284,6 +284,21 @@ def markdown(r: dict) -> str:
         if 25 in lengths and 400 in lengths:
             out.append("| S=400 / S=25 | " + " | ".join(f"{att[w][400] / att[w][25]:.2f}x" for w in att) + " |")
 
+    att = r.get("attention_train", {})
+    if att:
+        lengths = sorted(next(iter(att.values())))
+        out += ["", "## Attention in training against the source length", "",
+                "20 steps of a recurrence (each query adds the previous step's context, as input feeding",
+                f"does) and one backward through them, autograd on, general score, batch 48, {d['H']} dims,",
+                "lengths S/2 to S; milliseconds per step (median over rounds). In training every path's",
+                "backward is O(S) per step: the gradient of the sliced or gathered keys and values is a",
+                "B x S x E buffer per step, zero-filled and added up. `forward` therefore takes the masked",
+                "path whenever autograd records a step (`local-p`, the demo's renormalised window with",
+                "bound 4); `local-p sliced` and `local-p gathered` force the other two.", "",
+                "| S | " + " | ".join(att) + " |", "|---:|" + "---:|" * len(att)]
+        for S in lengths:
+            out.append(f"| {S} | " + " | ".join(f"{att[w][S] * 1e3:.3f}" for w in att) + " |")
+
     prof = r.get("profile", {})
     if prof:
         out += ["", "## Where the time goes", "",

@@ -49,6 +49,7 @@ GENERATION_SYSTEMS = [REFERENCE, "global-general feed", "global-general", "local
 MALLOC_SYSTEMS = [REFERENCE, REFERENCE + FUSED, "global-general feed", "global-general feed" + FUSED]
 MEMORY_SYSTEMS = GENERATION_SYSTEMS[:2] + ["global-general feed" + FUSED] + GENERATION_SYSTEMS[2:]
 ATTENTION_LENGTHS = [25, 50, 100, 200, 400, 1000]
+ATTENTION_TRAIN_LENGTHS = [44, 100, 200, 400]  # 44: two windows of D = 10, the demo's longer verses
 
 
 def parse_args(argv=None):
@@ -203,6 +204,28 @@ def attention_cost(args, lengths, batch, hidden):
     attentions["local-m gathered"] = (attentions["local-m"][0], attentions["local-m"][0].gathered)
     rounds = max(5, 4 * args.rounds)
     return measure.attention_step_times(attentions, lengths, batch, hidden, rounds)
+
+
+def attention_train_cost(args, lengths, batch, hidden):
+    """Training steps (forward + backward) of global and the demo's local-p
+    attention, local-p through each implementation: what the masked path costs
+    in training against the sliced and gathered ones."""
+    import torch
+
+    sys.path.insert(0, REPO)
+    from luong_plugin.modules.attention import LuongAttention
+
+    torch.manual_seed(1)
+    glob = LuongAttention("general", "global", hidden, hidden)
+    local = LuongAttention("general", "local-p", hidden, hidden, window_size=10,
+                           renormalize=True, logit_bound=4.0)  # fmt: skip
+    attentions = {
+        "global": (glob, glob.forward),
+        "local-p": (local, local.forward),
+        "local-p sliced": (local, local.sliced),
+        "local-p gathered": (local, local.gathered),
+    }
+    return measure.attention_train_step_times(attentions, lengths, batch, hidden, max(3, 2 * args.rounds))
 
 
 def malloc_child(args):
@@ -377,6 +400,9 @@ def main(argv=None):
     log("attention step time against the source length")
     lengths = [25, 100] if quick else ATTENTION_LENGTHS
     results["attention"] = attention_cost(args, lengths, batch=64, hidden=dims["H"])
+    log("attention training step (forward + backward) against the source length")
+    train_lengths = [25, 100] if quick else ATTENTION_TRAIN_LENGTHS
+    results["attention_train"] = attention_train_cost(args, train_lengths, batch=48, hidden=dims["H"])
 
     log("GEMM peak again (the best of both measurements is the peak)")
     results["gemm"]["flops"] = max(results["gemm"]["flops"], measure.gemm_peak(n, gemm_rounds))

@@ -274,7 +274,8 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(raw.read_text())
-    for section in ("train", "generate", "memory", "attention", "profile", "flops", "gemm", "malloc"):
+    for section in ("train", "generate", "memory", "attention", "attention_train", "profile", "flops",
+                    "gemm", "malloc"):  # fmt: skip
         assert results[section], section
     assert all(v["tok_s"] > 0 for v in results["train"].values())
     assert "fairseq lstm, fused loss" in results["malloc"]["train"]
