@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 SWORD := /usr/share/sword/modules/texts/ztext
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sword test demo ladder bench clean
+.PHONY: setup sword lint format test demo ladder bench clean
 
 setup: $(STAMP)
 
@@ -36,7 +36,19 @@ sword:
 	  && $$SUDO apt-get install -y -qq sword-text-sparv sword-text-web libtcmalloc-minimal4 chromium; \
 	fi
 
-test: setup sword
+# black and isort as configured in pyproject.toml; flake8 (.flake8) for real errors
+# only: syntax errors, undefined or unused names. `make format` rewrites the tree.
+LINTED := luong_plugin tests bench recipes
+lint: setup
+	$(PY) -m black --check --quiet $(LINTED)
+	$(PY) -m isort --check-only --quiet $(LINTED)
+	$(PY) -m flake8 $(LINTED)
+
+format: setup
+	$(PY) -m isort --quiet $(LINTED)
+	$(PY) -m black --quiet $(LINTED)
+
+test: setup sword lint
 	$(PY) -m pytest -q tests
 
 # The main job: real Spanish->English text, trained and evaluated on the CPU (~20 min).

@@ -95,14 +95,15 @@ def make_decoder_pass(model, batches: Sequence[dict], step_by_step: bool):
         }
         encoded.append((encoder_out, sample["net_input"]["prev_output_tokens"]))
 
+    from luong_plugin.modules.luong_loop import per_step_features
+
     def run():
-        model.decoder.step_by_step = step_by_step
-        try:
-            for encoder_out, prev in encoded:
+        for encoder_out, prev in encoded:
+            if step_by_step:  # the per-step loop, h̃ not fed back
+                features, _ = per_step_features(model.decoder, prev, encoder_out)
+            else:
                 features, _ = model.decoder.extract_features(prev, encoder_out)  # B x T x O
-                features.sum().backward()
-        finally:
-            model.decoder.step_by_step = False
+            features.sum().backward()
 
     return run
 

@@ -177,7 +177,7 @@ def markdown(r: dict) -> str:
         step = r["train"]["global-general per-step"]["tok_s"]
         out += ["", "Without input feeding the decoder runs the whole target through one `nn.LSTM` call",
                 f"and attends for all steps in one batched product: **{fused / step:.2f}x** the same model",
-                "forced through the per-step loop (`decoder.step_by_step = True`; tested equal in",
+                "forced through the per-step loop (`luong_loop.per_step_features`; tested equal in",
                 "`tests/test_fast_paths.py`)."]
         if "global-general per-step" + FUSED in r["train"]:
             fused = r["train"]["global-general" + FUSED]["tok_s"]

@@ -13,6 +13,7 @@ has none (recipes/bible_es_en/prepare.sh, 8K joint SentencePiece vocabulary).
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -94,8 +95,10 @@ def build_system(name: str, common, sizes=SIZES):
     if spec.fused_loss:
         common = with_criterion(common, FUSED_CRITERION)
     args, task, model, criterion = build(list(spec.args) + precision, common, USER_DIR, sizes)
-    if spec.step_by_step:
-        model.decoder.step_by_step = True
+    if spec.step_by_step:  # every forward through the per-step loop (luong_loop.py)
+        from luong_plugin.modules.luong_loop import per_step_features
+
+        model.decoder.extract_features = functools.partial(per_step_features, model.decoder)
     return args, task, model, criterion
 
 

@@ -36,7 +36,7 @@ class System:
     name: str  # a short label for tables
     args: Sequence[str]  # model options (sizes are added)
     description: str
-    step_by_step: bool = False  # run the decoder's per-step path (LuongDecoder.step_by_step)
+    step_by_step: bool = False  # run the decoder's per-step path (luong_loop.per_step_features)
     fused_loss: bool = False  # train with --criterion fused_label_smoothed_cross_entropy
 
     @property

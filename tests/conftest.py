@@ -154,3 +154,21 @@ def word_level(bible, tmp_path_factory):
         "--dataset-impl", "raw",  # --replace-unk reads the original source words
     )
     return out
+
+
+# -- figures ----------------------------------------------------------------------------
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path, width=None, height=None):
+    """A real PNG of the expected size (pixels) that is not one flat colour."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_SIGNATURE
+    image = mpimg.imread(path)
+    if width is not None:
+        assert image.shape[:2] == (height, width)
+    assert np.ptp(image[..., :3]) > 0.5
+    return image

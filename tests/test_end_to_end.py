@@ -8,9 +8,10 @@ import re
 import pytest
 import torch
 from conftest import ALL_SENTENCES, REPO, USER_DIR, fairseq, parse, train  # noqa: F401
+from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 
 pytestmark = pytest.mark.slow
-WINDOWS = ["global", "local-m", "local-p"]
+WINDOWS = list(WINDOW_NAMES)  # every registered window
 MODELS = {window: ("luong_tiny", "--attention-window", window) for window in WINDOWS}
 MODELS["rnnsearch"] = ("bahdanau_tiny",)
 

@@ -9,7 +9,6 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import (
     ALL_SENTENCES,
@@ -24,7 +23,7 @@ from conftest import (
 from luong_plugin.analysis import explore
 from luong_plugin.analysis.explore import decode_map, encode_map, right_padded_rows
 from luong_plugin.analysis.forced import Pair, force_decode
-from luong_plugin.analysis.words import merge_attention, word_index
+from luong_plugin.analysis.words import word_index
 
 STEP = 0.5 / explore.LEVELS  # the largest rounding error of a stored weight
 

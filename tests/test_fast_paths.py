@@ -3,8 +3,12 @@ benchmark harness (bench/run.py --quick; it asserts no timing).
 
 - No input feeding: the fused path (one ``nn.LSTM`` call over the whole target,
   attention for all steps in one product) equals the per-step loop of the same
-  model (``decoder.step_by_step = True``): outputs, attention maps, p_t and
+  model (``luong_loop.per_step_features``): outputs, attention maps, p_t and
   every parameter's gradient.
+- Input feeding: the fast loop (luong_loop.py: gates precomputed, weights
+  concatenated once per call, gradients as one GEMM) equals the decoder's
+  ``paper_loop``, the loop as the paper reads: every window and score, every
+  dropout placement (the same masks), one and two layers, with gradients.
 - Local windows: the gathered attention (scores, softmax and prior over the
   2D + 1 window positions, scattered back into B x T x S) and the sliced one
   (the masked path over the slice of positions that holds every window) equal
@@ -28,19 +32,25 @@ from luong_reference import Options, reference_batch
 
 from luong_plugin.modules import attention as attention_module
 from luong_plugin.modules.attention import LuongAttention
+from luong_plugin.modules.luong_loop import per_step_features, run
+from luong_plugin.modules.scores import SCORES as SCORE_NAMES
+from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 
-SCORES = ["dot", "general", "concat", "location"]
+SCORES = list(SCORE_NAMES)  # every registered score
 ATOL = 1e-5
 
 
 # -- no input feeding: fused == per-step ---------------------------------------------
-NO_FEED = [("none", None)] + [(w, s) for w in ("global", "local-m", "local-p") for s in SCORES]
+NO_FEED = [("none", None)] + [(w, s) for w in WINDOW_NAMES for s in SCORES]
 
 
 def _run(model, src, lengths, prev, step_by_step):
     model.zero_grad()
-    model.decoder.step_by_step = step_by_step
-    logits, extra = model(src, lengths, prev)
+    if step_by_step:  # the per-step loop, h̃ not fed back
+        features, extra = per_step_features(model.decoder, prev, model.encoder(src, lengths))
+        logits = model.decoder.output_layer(features)
+    else:
+        logits, extra = model(src, lengths, prev)
     logits.pow(2).mean().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return logits.detach(), extra, grads
@@ -68,6 +78,49 @@ def test_fused_no_feed_path_equals_per_step_path(window, score):
     assert len(fused[2]) == len([p for p in model.parameters() if p.requires_grad])
     for name in fused[2]:
         torch.testing.assert_close(stepped[2][name], fused[2][name], atol=1e-4, rtol=1e-4, msg=name)
+
+
+# -- input feeding: the fast loop == the paper's loop ----------------------------------
+PAPER_LOOP_CASES = (
+    [(w, s, "luong", 1) for w in WINDOW_NAMES for s in SCORES]
+    + [("global", "general", placement, 2) for placement in ("luong", "zaremba", "fairseq")]
+    + [("local-p", "general", "luong", 2)]
+)
+
+
+@pytest.mark.parametrize("window,score,placement,layers", PAPER_LOOP_CASES, ids=str)
+def test_fast_loop_equals_the_paper_loop(window, score, placement, layers):
+    model = build(
+        "luong_tiny", attention_window=window, attention_score=score, input_feeding=True,
+        dropout=0.3, dropout_placement=placement, encoder_layers=layers, decoder_layers=layers,
+    )  # fmt: skip
+    model = spread_parameters(model).double().train()
+    decoder = model.decoder
+    src, lengths = random_batch(model.encoder.dictionary, [11, 3, 7])
+    prev = random_prev_output(decoder.dictionary, 3, 8)
+    results = []
+    for loop in (run, lambda dec, *args: dec.paper_loop(*args)):
+        model.zero_grad()
+        torch.manual_seed(3)  # the same dropout masks: both loops draw them in one order
+        encoder_out = model.encoder(src, lengths)
+        x = decoder.dropout(decoder.embed_tokens(prev))
+        out = loop(decoder, x, decoder.initial_state(encoder_out), encoder_out, torch.arange(8))
+        loss = decoder.output_layer(out.attn_vec).pow(2).mean() + out.cell.sum() + out.hidden.sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out, grads))
+    (fast, fast_grads), (paper, paper_grads) = results
+    for field in fast._fields:
+        a, b = getattr(fast, field), getattr(paper, field)
+        if b is None:
+            assert a is None, field
+        else:
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0, msg=field)
+    assert fast_grads.keys() == paper_grads.keys()
+    assert len(paper_grads) == len([p for p in model.parameters() if p.requires_grad])
+    for name in paper_grads:
+        torch.testing.assert_close(fast_grads[name], paper_grads[name], atol=1e-10, rtol=1e-10,
+                                   msg=name)  # fmt: skip
 
 
 # -- local windows: gathered == masked -------------------------------------------------
@@ -171,7 +224,8 @@ def test_model_on_long_sources_matches_reference(window, score, feed, path, monk
     if path != "forward":
         calls = []
 
-        def forced(self, query, proj_keys, values, *rest):
+        def forced(self, query, proj_keys, values, *rest, position=None):
+            assert position is None  # no autograd here: no position network weights
             calls.append(values.size(1))
             return getattr(self, path)(query, proj_keys, values, *rest)
 

@@ -63,7 +63,7 @@ MODELS = {
     "luong local-p shared": lambda: build(
         "luong_tiny", attention_window="local-p", decoder_out_embed_dim=24,
         decoder_embed_dim=24, share_decoder_input_output_embed=True,
-    ),  # fmt: skip
+    ),
     "bahdanau": lambda: build("bahdanau_tiny"),
     "fairseq lstm": lambda: _fairseq_lstm(share=False),
     "fairseq lstm shared": lambda: _fairseq_lstm(share=True),

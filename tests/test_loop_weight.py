@@ -14,8 +14,10 @@ import torch
 
 from conftest import build, random_batch, random_prev_output, spread_parameters
 
-from luong_plugin.modules import luong_decoder
+from luong_plugin.modules import luong_loop
 from luong_plugin.modules.loop_weight import LoopWeight
+from luong_plugin.modules.scores import SCORES as SCORE_NAMES
+from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 
 
 class PlainLoopWeight:
@@ -80,7 +82,7 @@ def _grads(model, src, lengths, prev, seed):
     return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-WINDOWS_SCORES = [(w, s) for w in ("global", "local-m", "local-p") for s in ("dot", "general", "concat", "location")]
+WINDOWS_SCORES = [(w, s) for w in WINDOW_NAMES for s in SCORE_NAMES]
 
 
 @pytest.mark.parametrize("layers", [1, 2])
@@ -94,7 +96,7 @@ def test_input_feeding_decoder_gradients_equal_plain_autograd(window, score, lay
     src, lengths = random_batch(model.encoder.dictionary, [11, 3, 7])
     prev = random_prev_output(model.decoder.dictionary, 3, 8)
     taped_logits, taped = _grads(model, src, lengths, prev, seed=5)
-    monkeypatch.setattr(luong_decoder, "LoopWeight", PlainLoopWeight)
+    monkeypatch.setattr(luong_loop, "LoopWeight", PlainLoopWeight)
     plain_logits, plain = _grads(model, src, lengths, prev, seed=5)
     torch.testing.assert_close(taped_logits, plain_logits, atol=0, rtol=0)
     assert taped.keys() == plain.keys()
@@ -111,7 +113,7 @@ def test_input_feeding_decoder_trains_under_autocast(monkeypatch):
     prev = random_prev_output(model.decoder.dictionary, 2, 6)
     grads = {}
     for name, cls in (("taped", LoopWeight), ("plain", PlainLoopWeight)):
-        monkeypatch.setattr(luong_decoder, "LoopWeight", cls)
+        monkeypatch.setattr(luong_loop, "LoopWeight", cls)
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits, _ = model(src, lengths, prev)

@@ -21,10 +21,12 @@ import pytest
 import torch
 
 from conftest import build, random_batch, random_prev_output, spread_parameters
+from luong_plugin.modules.scores import SCORES as SCORE_NAMES
+from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 from luong_reference import Options, reference_batch
 
-SCORES = ["dot", "general", "concat", "location"]
-WINDOWS = ["global", "local-m", "local-p"]
+SCORES = list(SCORE_NAMES)  # every registered score and window
+WINDOWS = list(WINDOW_NAMES)
 LOCAL = ["local-m", "local-p"]
 PADS = ["left", "right"]
 LENGTHS = [12, 4, 7]

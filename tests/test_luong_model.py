@@ -8,13 +8,16 @@ import torch
 from conftest import build, make_dictionary, random_batch, random_prev_output
 
 from luong_plugin.models.luong import ARCHS, arch_config
+from luong_plugin.modules import luong_loop
 from luong_plugin.modules.options import OptionError
+from luong_plugin.modules.scores import SCORES as SCORE_NAMES
+from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 
 VARIANTS = [
     dict(attention_window=w, attention_score=s, input_feeding=f, reverse_source=r)
     for w, s, f, r in itertools.product(
-        ["global", "local-m", "local-p"],
-        ["dot", "general", "concat", "location"],
+        list(WINDOW_NAMES),
+        list(SCORE_NAMES),
         [True, False],
         [True, False],
     )
@@ -65,8 +68,10 @@ def test_generation_builds_the_step_weights_once_per_call(monkeypatch):
     model = build(attention_window="local-p", attention_score="general", input_feeding=True)
     model.eval()
     built = []
-    concat = model.decoder._concat_step_weights
-    monkeypatch.setattr(model.decoder, "_concat_step_weights", lambda C: built.append(C) or concat(C))
+    concat = luong_loop.concat_step_weights
+    monkeypatch.setattr(
+        luong_loop, "concat_step_weights", lambda lstm, C: built.append(C) or concat(lstm, C)
+    )
     src, lengths = random_batch(model.encoder.dictionary, [9, 4, 6])
     prev = random_prev_output(model.decoder.dictionary, 3, 6)
     new_order = torch.tensor([2, 2, 0, 1])
@@ -84,7 +89,7 @@ def test_generation_builds_the_step_weights_once_per_call(monkeypatch):
     assert len(built) == 5  # the second call built its own; each full forward too
 
 
-@pytest.mark.parametrize("window", ["global", "local-m", "local-p"])
+@pytest.mark.parametrize("window", list(WINDOW_NAMES))
 def test_reorder_then_continue_equals_permuted_batch(window):
     model = build(attention_window=window, attention_score="general")
     src, lengths = random_batch(model.encoder.dictionary, [9, 4, 6])
@@ -140,8 +145,8 @@ def test_attention_map_indexes_src_tokens_columns():
     torch.testing.assert_close(attn.sum(-1), torch.ones(3, 5), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("window", ["global", "local-m", "local-p"])
-@pytest.mark.parametrize("score", ["dot", "general", "concat", "location"])
+@pytest.mark.parametrize("window", list(WINDOW_NAMES))
+@pytest.mark.parametrize("score", list(SCORE_NAMES))
 def test_gradients_reach_every_parameter(window, score):
     model = build(attention_window=window, attention_score=score).train()
     src, lengths = random_batch(model.encoder.dictionary, [9, 4, 6])
@@ -261,7 +266,7 @@ def test_dot_score_needs_equal_sizes():
 
 
 def test_one_token_sources_all_windows():
-    for window in ["global", "local-m", "local-p"]:
+    for window in WINDOW_NAMES:
         model = build(attention_window=window)
         src, lengths = random_batch(model.encoder.dictionary, [1, 1])
         prev = random_prev_output(model.decoder.dictionary, 2, 4)

@@ -32,6 +32,7 @@ Shape legend: B batch, T target len, N real (non-padding) target tokens, C
 feature dim, V vocab.
 """
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
@@ -44,8 +45,6 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.models.lstm import LSTMDecoder
 from torch import Tensor
 
-from ..modules.bahdanau_decoder import BahdanauDecoder
-from ..modules.luong_decoder import LuongDecoder
 from ..modules.options import OptionError, require_positive
 
 NAME = "fused_label_smoothed_cross_entropy"
@@ -60,8 +59,9 @@ class FusedLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionCon
 
 
 def output_projection(decoder) -> Tuple[Tensor, Optional[Tensor]]:
-    """(weight V x C, bias V or None) of the decoder's output layer."""
-    if isinstance(decoder, (LuongDecoder, BahdanauDecoder)):
+    """(weight V x C, bias V or None) of the decoder's output layer: the plugin's
+    decoders name it (``output_projection()``); fairseq's lstm is read here."""
+    if inspect.ismethod(getattr(decoder, "output_projection", None)):  # not a transformer's Linear
         layer = decoder.output_projection()
         return layer.weight, layer.bias
     if isinstance(decoder, LSTMDecoder) and decoder.adaptive_softmax is None:

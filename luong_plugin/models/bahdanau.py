@@ -12,19 +12,17 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.models import FairseqEncoderDecoderModel, register_model
+from fairseq.models import register_model
 
 from ..modules.bahdanau_decoder import ATTENTIONS, READOUT_STATES, BahdanauDecoder
 from ..modules.bigru_encoder import GRUEncoder
 from ..modules.gru import PaperGRU
-from ..modules.options import check_state_dict, check_values, lookup
+from ..modules.options import check_values, lookup
 from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import ConcatScore
+from .base import PluginModel
 from .config import (
     PrecisionChoice,
-    add_dataclass_args,
-    config_defaults,
-    fill_defaults,
     precision_field,
     register_archs,
 )
@@ -101,16 +99,38 @@ def validate(cfg) -> None:
     check_values(cfg, sizes + ["dropout"])
 
 
+def describe_state_dict(state: dict) -> dict:
+    """The options a `bahdanau` state dict implies, read from its keys and shapes
+    (for errors about checkpoints that do not fit the model)."""
+
+    def size(key, dim):
+        return tuple(state[key].shape)[dim] if key in state else None
+
+    maxout_dim, readout = size("decoder.W_o.weight", 1), size("decoder.U_o.weight", 0)
+    return {
+        "--attention": "additive" if "decoder.attention.v_a.weight" in state else "none",
+        "source dictionary size": size("encoder.embed_tokens.weight", 0),
+        "--encoder-embed-dim": size("encoder.embed_tokens.weight", 1),
+        "--encoder-hidden-size": size("encoder.forward_gru.U.weight", 1),
+        "--attention-dim": size("decoder.attention.W_q.weight", 0),
+        "target dictionary size": size("decoder.embed_tokens.weight", 0),
+        "--decoder-embed-dim": size("decoder.embed_tokens.weight", 1),
+        "--decoder-hidden-size": size("decoder.gru.U.weight", 1),
+        "--maxout-dim": maxout_dim,
+        "--maxout-pool": readout // maxout_dim if readout and maxout_dim else None,
+    }
+
+
 @register_model("bahdanau", dataclass=BahdanauConfig)
-class BahdanauModel(FairseqEncoderDecoderModel):
-    @classmethod
-    def add_args(cls, parser):
-        add_dataclass_args(parser, BahdanauConfig)
+class BahdanauModel(PluginModel):
+    CONFIG, FAMILY, FAMILY_KEY = BahdanauConfig, "bahdanau", "encoder.forward_gru.W.weight"
+
+    describe_state_dict = staticmethod(describe_state_dict)
+    validate = staticmethod(validate)
 
     @classmethod
     def build_model(cls, cfg, task):
-        fill_defaults(cfg, config_defaults(BahdanauConfig))
-        validate(cfg)
+        cfg = cls.read_options(cfg)
         attention_cls = lookup("--attention", ATTENTIONS, cfg.attention)
         encoder = GRUEncoder(
             task.source_dictionary,
@@ -137,7 +157,7 @@ class BahdanauModel(FairseqEncoderDecoderModel):
             attention=attention,
             maxout_dim=cfg.maxout_dim,
             maxout_pool=cfg.maxout_pool,
-            readout_state=getattr(cfg.readout_state, "value", cfg.readout_state),
+            readout_state=cfg.readout_state,
             dropout=cfg.dropout,
             max_target_positions=cfg.max_target_positions,
         )
@@ -146,32 +166,7 @@ class BahdanauModel(FairseqEncoderDecoderModel):
         init_bahdanau_(model)
         return model
 
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        if strict:
-            check_state_dict("bahdanau", describe_state_dict, self.state_dict(), state_dict)
-        return super().load_state_dict(state_dict, strict, model_cfg=model_cfg, args=args)
 
-
-def describe_state_dict(state: dict) -> dict:
-    """The options a `bahdanau` state dict implies, read from its keys and shapes
-    (for errors about checkpoints that do not fit the model)."""
-
-    def size(key, dim):
-        return tuple(state[key].shape)[dim] if key in state else None
-
-    maxout_dim, readout = size("decoder.W_o.weight", 1), size("decoder.U_o.weight", 0)
-    return {
-        "--attention": "additive" if "decoder.attention.v_a.weight" in state else "none",
-        "source dictionary size": size("encoder.embed_tokens.weight", 0),
-        "--encoder-embed-dim": size("encoder.embed_tokens.weight", 1),
-        "--encoder-hidden-size": size("encoder.forward_gru.U.weight", 1),
-        "--attention-dim": size("decoder.attention.W_q.weight", 0),
-        "target dictionary size": size("decoder.embed_tokens.weight", 0),
-        "--decoder-embed-dim": size("decoder.embed_tokens.weight", 1),
-        "--decoder-hidden-size": size("decoder.gru.U.weight", 1),
-        "--maxout-dim": maxout_dim,
-        "--maxout-pool": readout // maxout_dim if readout and maxout_dim else None,
-    }
 
 
 def init_bahdanau_(model: nn.Module) -> None:

@@ -93,7 +93,17 @@ def fill_defaults(args, values: dict) -> None:
     """Set every option that is unset (None) on a Namespace or DictConfig."""
     for name, value in values.items():
         if safe_getattr(args, name) is None:
-            setattr(args, name, getattr(value, "value", value))
+            setattr(args, name, _plain(value))
+
+
+def plain_options(cfg, config_cls) -> argparse.Namespace:
+    """A model's options read once from a Namespace or a DictConfig, fairseq's
+    ChoiceEnum members as their strings: the one place the plugin unwraps them."""
+    return argparse.Namespace(**{f.name: _plain(safe_getattr(cfg, f.name)) for f in fields(config_cls)})
+
+
+def _plain(value):
+    return value.value if isinstance(value, Enum) else value
 
 
 def register_archs(model_name: str, config_cls, archs: dict):

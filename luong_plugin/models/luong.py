@@ -11,20 +11,18 @@ from dataclasses import dataclass, field, fields
 
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.models import FairseqEncoderDecoderModel, register_model
+from fairseq.models import register_model
 
 from ..modules.attention import LuongAttention
 from ..modules.luong_decoder import LuongDecoder
 from ..modules.lstm_encoder import LuongEncoder
-from ..modules.options import VALUE_RULES, OptionError, check_state_dict, check_values
+from ..modules.options import VALUE_RULES, OptionError, check_values
 from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import SCORES
 from ..modules.windows import WINDOWS
+from .base import PluginModel
 from .config import (
     PrecisionChoice,
-    add_dataclass_args,
-    config_defaults,
-    fill_defaults,
     precision_field,
     register_archs,
 )
@@ -129,7 +127,7 @@ class LuongConfig(FairseqDataclass):
 
 def validate(cfg) -> None:
     compute_dtype(cfg.precision)  # an unknown --precision names the allowed values
-    window = getattr(cfg.attention_window, "value", cfg.attention_window)
+    window = cfg.attention_window
     check_values(cfg, [f.name for f in fields(LuongConfig) if f.name in VALUE_RULES])
     if cfg.position_lr_scale != 1 and window != "local-p":
         raise OptionError(
@@ -173,19 +171,61 @@ def validate(cfg) -> None:
         )
 
 
+def describe_state_dict(state: dict) -> dict:
+    """The options a `luong` state dict implies, read from its keys and shapes
+    (for errors about checkpoints that do not fit the model)."""
+
+    def size(key, dim):
+        return tuple(state[key].shape)[dim] if key in state else None
+
+    def layers(module):
+        return sum(bool(re.fullmatch(rf"{module}\.lstm\.weight_ih_l\d+", k)) for k in state)
+
+    options = {
+        "source dictionary size": size("encoder.embed_tokens.weight", 0),
+        "--encoder-embed-dim": size("encoder.embed_tokens.weight", 1),
+        "--encoder-hidden-size": size("encoder.lstm.weight_hh_l0", 1),
+        "--encoder-layers": layers("encoder"),
+        "target dictionary size": size("decoder.embed_tokens.weight", 0),
+        "--decoder-embed-dim": size("decoder.embed_tokens.weight", 1),
+        "--decoder-hidden-size": size("decoder.lstm.weight_hh_l0", 1),
+        "--decoder-layers": layers("decoder"),
+        "--decoder-out-embed-dim": size("decoder.W_s.weight", 1),
+    }
+    embed, lstm_in = options["--decoder-embed-dim"], size("decoder.lstm.weight_ih_l0", 1)
+    if embed is not None and lstm_in is not None:
+        options["--input-feeding"] = "on" if lstm_in > embed else "off"
+    if "decoder.W_c.weight" not in state:
+        options["--attention-window"] = "none"
+        return options
+    # global and local-m have no parameters of their own: a checkpoint cannot tell them apart
+    has_w_p = "decoder.attention.window.W_p.weight" in state
+    options["--attention-window"] = "local-p" if has_w_p else "global or local-m"
+    score = "dot"
+    if "decoder.attention.score.W_q.weight" in state:
+        score = "concat"
+    elif "decoder.attention.score.W_a.weight" in state:
+        rows = size("decoder.attention.score.W_a.weight", 0)
+        hidden = (options["--decoder-hidden-size"], options["--encoder-hidden-size"])
+        if tuple(state["decoder.attention.score.W_a.weight"].shape) == hidden:
+            score = "general"
+        else:
+            score = f"location (--max-source-positions {rows})"
+    options["--attention-score"] = score
+    return options
+
+
 @register_model("luong", dataclass=LuongConfig)
-class LuongModel(FairseqEncoderDecoderModel):
-    @classmethod
-    def add_args(cls, parser):
-        add_dataclass_args(parser, LuongConfig)
+class LuongModel(PluginModel):
+    CONFIG, FAMILY, FAMILY_KEY = LuongConfig, "luong", "encoder.lstm.weight_ih_l0"
+
+    describe_state_dict = staticmethod(describe_state_dict)
+    validate = staticmethod(validate)
 
     @classmethod
     def build_model(cls, cfg, task):
-        fill_defaults(cfg, config_defaults(LuongConfig))
-        validate(cfg)
-        window = getattr(cfg.attention_window, "value", cfg.attention_window)
-        score = getattr(cfg.attention_score, "value", cfg.attention_score)
-        placement = getattr(cfg.dropout_placement, "value", cfg.dropout_placement)
+        cfg = cls.read_options(cfg)
+        window, score, placement = cfg.attention_window, cfg.attention_score, cfg.dropout_placement
         encoder = LuongEncoder(
             task.source_dictionary,
             embed_dim=cfg.encoder_embed_dim,
@@ -237,12 +277,9 @@ class LuongModel(FairseqEncoderDecoderModel):
                 param.data.div_(cfg.position_lr_scale)  # a · param: the ±r init
         return model
 
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        if strict:
-            check_state_dict("luong", describe_state_dict, self.state_dict(), state_dict)
-        if model_cfg is not None and not _has_option(model_cfg, "attend_source_eos"):
+    def before_load(self, model_cfg) -> None:
+        if not _has_option(model_cfg, "attend_source_eos"):
             self.keep_earlier_conventions()
-        return super().load_state_dict(state_dict, strict, model_cfg=model_cfg, args=args)
 
     def keep_earlier_conventions(self) -> None:
         """A checkpoint saved before --attend-source-eos existed: decode it as it was
@@ -263,48 +300,6 @@ def _has_option(cfg, name: str) -> bool:
         return hasattr(cfg, name)
 
 
-def describe_state_dict(state: dict) -> dict:
-    """The options a `luong` state dict implies, read from its keys and shapes
-    (for errors about checkpoints that do not fit the model)."""
-
-    def size(key, dim):
-        return tuple(state[key].shape)[dim] if key in state else None
-
-    def layers(module):
-        return sum(bool(re.fullmatch(rf"{module}\.lstm\.weight_ih_l\d+", k)) for k in state)
-
-    options = {
-        "source dictionary size": size("encoder.embed_tokens.weight", 0),
-        "--encoder-embed-dim": size("encoder.embed_tokens.weight", 1),
-        "--encoder-hidden-size": size("encoder.lstm.weight_hh_l0", 1),
-        "--encoder-layers": layers("encoder"),
-        "target dictionary size": size("decoder.embed_tokens.weight", 0),
-        "--decoder-embed-dim": size("decoder.embed_tokens.weight", 1),
-        "--decoder-hidden-size": size("decoder.lstm.weight_hh_l0", 1),
-        "--decoder-layers": layers("decoder"),
-        "--decoder-out-embed-dim": size("decoder.W_s.weight", 1),
-    }
-    embed, lstm_in = options["--decoder-embed-dim"], size("decoder.lstm.weight_ih_l0", 1)
-    if embed is not None and lstm_in is not None:
-        options["--input-feeding"] = "on" if lstm_in > embed else "off"
-    if "decoder.W_c.weight" not in state:
-        options["--attention-window"] = "none"
-        return options
-    # global and local-m have no parameters of their own: a checkpoint cannot tell them apart
-    has_w_p = "decoder.attention.window.W_p.weight" in state
-    options["--attention-window"] = "local-p" if has_w_p else "global or local-m"
-    score = "dot"
-    if "decoder.attention.score.W_q.weight" in state:
-        score = "concat"
-    elif "decoder.attention.score.W_a.weight" in state:
-        rows = size("decoder.attention.score.W_a.weight", 0)
-        hidden = (options["--decoder-hidden-size"], options["--encoder-hidden-size"])
-        if tuple(state["decoder.attention.score.W_a.weight"].shape) == hidden:
-            score = "general"
-        else:
-            score = f"location (--max-source-positions {rows})"
-    options["--attention-score"] = score
-    return options
 
 
 def init_uniform_(model: nn.Module, init_range: float) -> None:

@@ -19,7 +19,8 @@ than that, and the gathered path otherwise. In training (autograd recording a
 step) it always takes the masked path: there every path's backward costs O(S)
 per step (the gradient of the sliced or gathered keys and values is a
 B x S x E buffer per step, zero-filled and added up), and the masked one was
-the cheapest or level at every length measured (S = 44 to 400, docs/SPEED.md).
+the cheapest or level at every length measured (docs/BENCHMARKS.md, "Attention
+in training against the source length").
 Each path can be called directly. Either way the returned map covers the
 whole source, B x T x S.
 
@@ -27,7 +28,7 @@ Shape legend: B batch, T target len, S source len (padded), E encoder dim, H
 decoder hidden, K projected key dim, W window width 2D + 1, U slice length.
 """
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -126,12 +127,12 @@ class LuongAttention(nn.Module):
         args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
         if self.window.span is None:  # global: every position
             return self.masked(*args)
-        centre = self.window.centre(query, steps, src_lengths, position)  # (p_t, centre), B x T
+        centre = self.window.centre(query, steps, src_lengths, position)  # B x T each
         S, most = values.size(1), GATHER_FROM * self.window.width
         recorded = torch.is_grad_enabled() and (query.requires_grad or values.requires_grad)
         if S < most or recorded:
             return self.masked(*args, centre=centre)
-        lo, hi = self.window_slice(centre[1], S)
+        lo, hi = self.window_slice(centre.mid, S)
         if hi - lo < most:
             return self.sliced(*args, lo=lo, hi=hi, centre=centre)
         return self.gathered(*args, centre=centre)
@@ -142,10 +143,12 @@ class LuongAttention(nn.Module):
         low, high = torch.aminmax(mid)
         return max(int(low) - D, 0), min(int(high) + D + 1, src_len)
 
+    # The three paths take forward's arguments (each can be called alone) and
+    # an optional ``Centre`` that forward has computed already.
     def masked(self, query, proj_keys, values, src_pad_mask, src_lengths, steps, centre=None):
         """Score all S positions, exclude padding and what the window leaves out."""
-        args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
-        return self._masked_over(*args, 0, values.size(1), centre)
+        source = Source(proj_keys, values, src_pad_mask, src_lengths)
+        return self._masked_over(query, source, steps, 0, values.size(1), centre)
 
     def sliced(
         self, query, proj_keys, values, src_pad_mask, src_lengths, steps,
@@ -156,33 +159,42 @@ class LuongAttention(nn.Module):
         if centre is None:
             centre = self.window.centre(query, steps, src_lengths)
         if lo is None:
-            lo, hi = self.window_slice(centre[1], values.size(1))
-        args = (query, proj_keys, values, src_pad_mask, src_lengths, steps)
-        return self._masked_over(*args, lo, hi, centre)
+            lo, hi = self.window_slice(centre.mid, values.size(1))
+        source = Source(proj_keys, values, src_pad_mask, src_lengths)
+        return self._masked_over(query, source, steps, lo, hi, centre)
 
-    def _masked_over(
-        self, query, proj_keys, values, src_pad_mask, src_lengths, steps, lo, hi, centre=None
-    ):
-        S, part = values.size(1), slice(lo, hi)
-        positions = torch.arange(lo, hi, device=values.device)  # S|U
-        scores = self.score(query, proj_keys, part)  # B x T x (S|U)
-        outside, prior, extras = self.window.mask(query, steps, src_lengths, positions, centre)
-        excluded = src_pad_mask[:, part].unsqueeze(1)  # B x 1 x (S|U)
-        if outside is not None:
-            excluded = excluded | outside  # B x T x (S|U)
-        context, probs = attend(scores, excluded, prior, values[:, part], self.window.renormalize)
+    def _masked_over(self, query, source: "Source", steps, lo: int, hi: int, centre=None):
+        S, part = source.values.size(1), slice(lo, hi)
+        positions = torch.arange(lo, hi, device=source.values.device)  # S|U
+        scores = self.score(query, source.proj_keys, part)  # B x T x (S|U)
+        mask = self.window.mask(query, steps, source.lengths, positions, centre)
+        excluded = source.pad_mask[:, part].unsqueeze(1)  # B x 1 x (S|U)
+        if mask.outside is not None:
+            excluded = excluded | mask.outside  # B x T x (S|U)
+        context, probs = attend(
+            scores, excluded, mask.prior, source.values[:, part], self.window.renormalize
+        )
         if (lo, hi) != (0, S):
             probs = F.pad(probs, (lo, S - hi))  # B x T x S
-        return context, probs, extras
+        return context, probs, mask.extras
 
     def gathered(self, query, proj_keys, values, src_pad_mask, src_lengths, steps, centre=None):
         """Score only the window's W positions; scatter the weights into B x T x S."""
         B, T, S = query.size(0), query.size(1), values.size(1)
-        index, outside, prior, extras = self.window.span(query, steps, src_lengths, S, centre)
-        scores = self.score(query, proj_keys, index)  # B x T x W
-        probs = attention_weights(scores, outside, prior, self.window.renormalize)
-        window_values = take_positions(values, index)  # B x T x W x E
+        span = self.window.span(query, steps, src_lengths, S, centre)
+        scores = self.score(query, proj_keys, span.index)  # B x T x W
+        probs = attention_weights(scores, span.outside, span.prior, self.window.renormalize)
+        window_values = take_positions(values, span.index)  # B x T x W x E
         context = (probs.unsqueeze(-1) * window_values).sum(2)  # B x T x E: c_t
         # clamped copies of an edge position carry weight 0: adding keeps the true one
-        full = probs.new_zeros(B, T, S).scatter_add(2, index, probs)  # B x T x S
-        return context, full, extras
+        full = probs.new_zeros(B, T, S).scatter_add(2, span.index, probs)  # B x T x S
+        return context, full, span.extras
+
+
+class Source(NamedTuple):
+    """What attention reads of the encoder's output (true order), for one batch."""
+
+    proj_keys: Tensor  # the score's precompute(h̄): B x S x K
+    values: Tensor  # h̄_s: B x S x E
+    pad_mask: Tensor  # B x S, True on padding
+    lengths: Tensor  # B: S_b

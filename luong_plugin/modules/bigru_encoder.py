@@ -41,10 +41,7 @@ from .source_encoder import SourceEncoder
 
 class GRUEncoder(SourceEncoder):
     BATCH_DIMS = {
-        "encoder_out": 0,
-        "src_pad_mask": 0,
-        "src_lengths": 0,
-        "src_order": 0,
+        "encoder_out": 0,  # and SourceEncoder's layout keys
         "first_backward": 0,
         "summary": 0,
     }

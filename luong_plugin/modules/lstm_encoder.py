@@ -39,10 +39,7 @@ def run_packed(rnn: nn.RNNBase, x: Tensor, lengths: Tensor, hidden=None):
 
 class LuongEncoder(SourceEncoder):
     BATCH_DIMS = {
-        "encoder_out": 0,
-        "src_pad_mask": 0,
-        "src_lengths": 0,
-        "src_order": 0,
+        "encoder_out": 0,  # and SourceEncoder's layout keys
         "final_hiddens": 1,
         "final_cells": 1,
     }

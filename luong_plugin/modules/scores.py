@@ -63,7 +63,9 @@ class _BilinearScore(nn.Module):
 
 
 class DotScore(_BilinearScore):
-    def __init__(self, query_dim: int, key_dim: int, **unused):
+    OPTIONS = ()  # build_score's options this score takes
+
+    def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
         if query_dim != key_dim:
             raise OptionError(
@@ -77,7 +79,9 @@ class DotScore(_BilinearScore):
 
 
 class GeneralScore(_BilinearScore):
-    def __init__(self, query_dim: int, key_dim: int, **unused):
+    OPTIONS = ()
+
+    def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
         self.W_a = nn.Linear(key_dim, query_dim, bias=False)
 
@@ -91,9 +95,9 @@ class ConcatScore(nn.Module):
     ``key_bias`` adds the bias b inside the tanh (Bahdanau's equations omit biases
     for clarity, the model has them); it rides on the precomputed keys."""
 
-    def __init__(
-        self, query_dim: int, key_dim: int, attention_dim: int = 0, key_bias: bool = False, **unused
-    ):
+    OPTIONS = ("attention_dim",)
+
+    def __init__(self, query_dim: int, key_dim: int, attention_dim: int = 0, key_bias: bool = False):
         super().__init__()
         attention_dim = attention_dim or query_dim
         self.W_q = nn.Linear(query_dim, attention_dim, bias=False)  # W_a (Bahdanau)
@@ -121,7 +125,9 @@ class LocationScore(nn.Module):
     is rejected: the model has no weight for its positions.
     """
 
-    def __init__(self, query_dim: int, key_dim: int, max_source_positions: int = 0, **unused):
+    OPTIONS = ("max_source_positions",)
+
+    def __init__(self, query_dim: int, key_dim: int, max_source_positions: int = 0):
         super().__init__()
         if max_source_positions <= 0:
             raise OptionError(
@@ -156,7 +162,9 @@ SCORES = {
 }
 
 
-def build_score(name: str, query_dim: int, key_dim: int, **kwargs) -> nn.Module:
-    return lookup("--attention-score", SCORES, name)(query_dim, key_dim, **kwargs)
+def build_score(name: str, query_dim: int, key_dim: int, **options) -> nn.Module:
+    """The score ``name``, given those of ``options`` it takes (its ``OPTIONS``)."""
+    score = lookup("--attention-score", SCORES, name)
+    return score(query_dim, key_dim, **{k: v for k, v in options.items() if k in score.OPTIONS})
 
 

@@ -22,8 +22,13 @@ from .dropout import named_dropout
 from .source import SourceLayout, reorder_batch
 
 
+# the keys of ``layout_fields`` and their batch dimension
+LAYOUT_BATCH_DIMS = {"src_pad_mask": 0, "src_lengths": 0, "src_order": 0}
+
+
 class SourceEncoder(FairseqEncoder):
-    """Subclasses document each ``encoder_out`` key's batch dimension in ``BATCH_DIMS``."""
+    """Subclasses give the batch dimension of each ``encoder_out`` key of their own in
+    ``BATCH_DIMS`` (with ``encoder_out``); those of ``layout_fields`` are added here."""
 
     BATCH_DIMS: Dict[str, int] = {}
     compute_dtype: Optional[torch.dtype] = None  # autocast dtype, precision.py (None: fp32)
@@ -56,7 +61,7 @@ class SourceEncoder(FairseqEncoder):
         return layout
 
     @staticmethod
-    def layout_fields(layout: SourceLayout) -> Dict[str, Tensor]:
+    def layout_fields(layout: SourceLayout) -> Dict[str, Tensor]:  # keys: LAYOUT_BATCH_DIMS
         return {
             "src_pad_mask": layout.pad_mask,  # B x S
             "src_lengths": layout.lengths,  # B
@@ -64,7 +69,7 @@ class SourceEncoder(FairseqEncoder):
         }
 
     def reorder_encoder_out(self, encoder_out: Dict[str, Tensor], new_order: Tensor):
-        return reorder_batch(encoder_out, new_order, self.BATCH_DIMS)
+        return reorder_batch(encoder_out, new_order, {**LAYOUT_BATCH_DIMS, **self.BATCH_DIMS})
 
     def max_positions(self) -> Optional[int]:
         return self.max_source_positions  # None: no limit of the model's own

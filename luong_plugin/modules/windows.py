@@ -40,22 +40,22 @@ Conventions (true source positions, see source.py), those of Luong's code
 
 Every window offers the same two forms, each returning the same types:
 
-- ``mask(query, steps, src_lengths, positions)`` -> (outside, prior, extras)
+- ``mask(query, steps, src_lengths, positions)`` -> ``Mask(outside, prior, extras)``
   over the source positions ``positions`` (1-D: all S of the padded source, or
   a slice of them, U): ``outside`` B x T x (S|U), True where excluded, and
   ``prior`` B x T x (S|U), the multiplier applied after the softmax (its log,
   added to the scores, when the window renormalises); either is
   None when it is a no-op (global: nothing excluded, no prior; local-m: no
   prior). This is the plain, masked implementation.
-- ``span(query, steps, src_lengths, src_len)`` -> (index, outside, prior,
-  extras) over the window only: ``index`` B x T x W, the W = 2D + 1 positions
+- ``span(query, steps, src_lengths, src_len)`` -> ``Span(index, outside, prior,
+  extras)`` over the window only: ``index`` B x T x W, the W = 2D + 1 positions
   p - D .. p + D clamped into the padded source, ``outside`` B x T x W, True
   where a position lies outside the sentence [0, S_b) (clamped copies
   included), ``prior`` B x T x W or None. Scores and values are gathered at
   ``index`` and the weights scattered back into the B x T x S map
   (attention.py). ``span`` is None for the global window.
 
-Both local forms take an optional ``centre``, the (p_t, integer centre) pair of
+Both local forms take an optional ``centre``, the ``Centre(p_t, mid)`` of
 ``centre()``, so a caller that has it already does not compute it twice.
 ``extras`` holds ``p_t`` (B x T) for the local windows. Both forms give the same
 attention weights; the masked one is the test oracle for the gathered one.
@@ -64,7 +64,7 @@ Shape legend: B batch, T target len, S source len (padded), H query dim, D windo
 half-width, W window width 2D + 1.
 """
 
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -74,6 +74,30 @@ from torch.autograd.function import once_differentiable
 from .loop_weight import LoopWeight
 from .options import lookup, require_positive
 from .precision import at_least_fp32
+
+
+class Centre(NamedTuple):
+    """Where a local window sits, B x T each."""
+
+    p_t: Tensor  # real-valued: local-p's eq. (9), local-m's t (the extras' p_t)
+    mid: Tensor  # integer: the window is mid - D .. mid + D
+
+
+class Mask(NamedTuple):
+    """``mask()``'s result over U positions (all S, or a slice)."""
+
+    outside: Optional[Tensor]  # B x T x U, True where excluded; None: nothing
+    prior: Optional[Tensor]  # B x T x U: G (its log when renormalising); None: no prior
+    extras: Dict[str, Tensor]  # {"p_t": B x T} for the local windows
+
+
+class Span(NamedTuple):
+    """``span()``'s result over the window's W = 2D + 1 positions."""
+
+    index: Tensor  # B x T x W: positions mid - D .. mid + D, clamped into the source
+    outside: Tensor  # B x T x W: True outside the sentence (clamped copies included)
+    prior: Optional[Tensor]  # B x T x W, or None
+    extras: Dict[str, Tensor]
 
 
 class PositionWeights(NamedTuple):
@@ -86,8 +110,9 @@ class PositionWeights(NamedTuple):
 class GlobalWindow(nn.Module):
     renormalize = False
     span = None  # every position: nothing to gather
+    OPTIONS = ()  # build_window's options this window takes
 
-    def __init__(self, query_dim: int, window_size: int = 0, **unused):
+    def __init__(self, query_dim: int):
         super().__init__()
 
     def loop_weights(self, dtype: torch.dtype) -> Optional[PositionWeights]:
@@ -96,7 +121,7 @@ class GlobalWindow(nn.Module):
     def mask(
         self, query: Tensor, steps: Tensor, src_lengths: Tensor, positions: Tensor, centre=None
     ):
-        return None, None, {}  # nothing excluded but padding, no prior
+        return Mask(None, None, {})  # nothing excluded but padding, no prior
 
 
 class _LocalWindow(nn.Module):
@@ -104,8 +129,9 @@ class _LocalWindow(nn.Module):
 
     renormalize = False
     round_centre = False  # local-p: floor(p_t + 0.5), the plugin's convention before 0.2
+    OPTIONS = ("window_size",)
 
-    def __init__(self, query_dim: int, window_size: int = 10, **unused):
+    def __init__(self, query_dim: int, window_size: int = 10):
         super().__init__()
         require_positive("--window-size", window_size)
         self.window_size = window_size
@@ -118,8 +144,8 @@ class _LocalWindow(nn.Module):
         return None  # no position network
 
     def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor, weights=None):
-        """(p_t, B x T, the extras' value; the integer window centre, B x T).
-        ``weights``: ``loop_weights()``'s, inside the decoder's per-step loop."""
+        """``Centre(p_t, mid)``: p_t (the extras' value) and the integer window
+        centre, B x T each. ``weights``: ``loop_weights()``'s, inside the decoder's per-step loop."""
         raise NotImplementedError
 
     def prior(self, p_t: Tensor, positions: Tensor):
@@ -130,7 +156,7 @@ class _LocalWindow(nn.Module):
     ):
         p_t, mid = centre or self.centre(query, steps, src_lengths)  # B x T
         outside = (positions - mid.unsqueeze(-1)).abs() > self.window_size  # B x T x (S|U)
-        return outside, self.prior(p_t, positions), {"p_t": p_t}
+        return Mask(outside, self.prior(p_t, positions), {"p_t": p_t})
 
     def span(self, query: Tensor, steps: Tensor, src_lengths: Tensor, src_len: int, centre=None):
         p_t, mid = centre or self.centre(query, steps, src_lengths)  # B x T
@@ -140,7 +166,7 @@ class _LocalWindow(nn.Module):
         lengths = src_lengths.view(-1, 1, 1)  # B x 1 x 1
         outside = (positions < 0) | (positions >= lengths)  # B x T x W
         index = positions.clamp(0, src_len - 1)  # B x T x W
-        return index, outside, self.prior(p_t, positions), {"p_t": p_t}
+        return Span(index, outside, self.prior(p_t, positions), {"p_t": p_t})
 
 
 class LocalMonotonicWindow(_LocalWindow):
@@ -148,7 +174,7 @@ class LocalMonotonicWindow(_LocalWindow):
         mid = torch.minimum(
             steps.unsqueeze(0), (src_lengths - 1).unsqueeze(1)
         )  # B x T: p_t = t, clipped to the sentence
-        return mid.to(at_least_fp32(query.dtype)), mid  # fp32 under bf16: exact past 256
+        return Centre(mid.to(at_least_fp32(query.dtype)), mid)  # fp32 under bf16: exact past 256
 
 
 class _PredictedPosition(torch.autograd.Function):
@@ -237,6 +263,8 @@ class _GaussianPrior(torch.autograd.Function):
 
 
 class LocalPredictiveWindow(_LocalWindow):
+    OPTIONS = ("window_size", "renormalize", "logit_bound", "position_lr_scale")
+
     def __init__(
         self,
         query_dim: int,
@@ -244,7 +272,6 @@ class LocalPredictiveWindow(_LocalWindow):
         renormalize: bool = False,
         logit_bound: float = 0.0,
         position_lr_scale: float = 1.0,
-        **unused,
     ):
         super().__init__(query_dim, window_size)
         self.sigma = window_size / 2.0
@@ -287,8 +314,8 @@ class LocalPredictiveWindow(_LocalWindow):
             lengths = src_lengths.unsqueeze(1).type_as(logit)  # B x 1: S_b
             p_t = _PredictedPosition.apply(logit, lengths, self.logit_bound)  # B x T: eq. (9)
         if self.round_centre:  # checkpoints saved before the convention changed
-            return p_t, torch.floor(p_t + 0.5).long()
-        return p_t, torch.floor(p_t).long()  # Luong's code: floor(mu), attnLayerForward.m
+            return Centre(p_t, torch.floor(p_t + 0.5).long())
+        return Centre(p_t, torch.floor(p_t).long())  # Luong's code: floor(mu), attnLayerForward.m
 
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
         """Eq. (10)'s G, B x T x (S|W); its log when renormalising: softmax(score +
@@ -303,5 +330,7 @@ WINDOWS = {
 }
 
 
-def build_window(name: str, query_dim: int, **kwargs) -> nn.Module:
-    return lookup("--attention-window", WINDOWS, name)(query_dim, **kwargs)
+def build_window(name: str, query_dim: int, **options) -> nn.Module:
+    """The window ``name``, given those of ``options`` it takes (its ``OPTIONS``)."""
+    window = lookup("--attention-window", WINDOWS, name)
+    return window(query_dim, **{k: v for k, v in options.items() if k in window.OPTIONS})
