@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import attention  # noqa: E402
 import bf16  # noqa: E402
 import measure  # noqa: E402
 import report  # noqa: E402
@@ -49,8 +50,6 @@ GENERATION_SYSTEMS = [REFERENCE, "global-general feed", "global-general", "local
 # the allocator's effect: trained in a child process started without tcmalloc
 MALLOC_SYSTEMS = [REFERENCE, REFERENCE + FUSED, "global-general feed", "global-general feed" + FUSED]
 MEMORY_SYSTEMS = GENERATION_SYSTEMS[:2] + ["global-general feed" + FUSED] + GENERATION_SYSTEMS[2:]
-ATTENTION_LENGTHS = [25, 50, 100, 200, 400, 1000]
-ATTENTION_TRAIN_LENGTHS = [44, 100, 200, 400]  # 44: two windows of D = 10, the demo's longer verses
 
 
 def parse_args(argv=None):
@@ -187,48 +186,6 @@ def generation(args, bin_dir, names, sentences, batch_size):
         }
         for name, s in seconds.items()
     }
-
-
-def attention_cost(args, lengths, batch, hidden):
-    import torch
-
-    sys.path.insert(0, REPO)
-    from luong_plugin.modules.attention import LuongAttention
-
-    torch.manual_seed(1)
-    attentions = {}
-    for window in ("global", "local-m", "local-p"):
-        module = LuongAttention("general", window, hidden, hidden, window_size=10).eval()
-        attentions[window] = (module, module.forward)
-    # local-p through each implementation whatever S: what gathering saves, and its fixed
-    # cost; local-m gathering even where its windows sit together: what slicing saves
-    attentions["local-p masked"] = (attentions["local-p"][0], attentions["local-p"][0].masked)
-    attentions["local-p gathered"] = (attentions["local-p"][0], attentions["local-p"][0].gathered)
-    attentions["local-m gathered"] = (attentions["local-m"][0], attentions["local-m"][0].gathered)
-    rounds = max(5, 4 * args.rounds)
-    return measure.attention_step_times(attentions, lengths, batch, hidden, rounds)
-
-
-def attention_train_cost(args, lengths, batch, hidden):
-    """Training steps (forward + backward) of global and the demo's local-p
-    attention, local-p through each implementation: what the masked path costs
-    in training against the sliced and gathered ones."""
-    import torch
-
-    sys.path.insert(0, REPO)
-    from luong_plugin.modules.attention import LuongAttention
-
-    torch.manual_seed(1)
-    glob = LuongAttention("general", "global", hidden, hidden)
-    local = LuongAttention("general", "local-p", hidden, hidden, window_size=10,
-                           renormalize=True, logit_bound=4.0)  # fmt: skip
-    attentions = {
-        "global": (glob, glob.forward),
-        "local-p": (local, local.forward),
-        "local-p sliced": (local, local.sliced),
-        "local-p gathered": (local, local.gathered),
-    }
-    return measure.attention_train_step_times(attentions, lengths, batch, hidden, max(3, 2 * args.rounds))
 
 
 def malloc_child(args):
@@ -401,11 +358,12 @@ def main(argv=None):
     results["bf16"] = bf16.run_section(args, bin_dir, training, generation, memory, log)
 
     log("attention step time against the source length")
-    lengths = [25, 100] if quick else ATTENTION_LENGTHS
-    results["attention"] = attention_cost(args, lengths, batch=64, hidden=dims["H"])
+    lengths = [25, 100] if quick else attention.LENGTHS
+    results["attention"] = attention.decoding_cost(args, lengths, batch=64, hidden=dims["H"])
     log("attention training step (forward + backward) against the source length")
-    train_lengths = [25, 100] if quick else ATTENTION_TRAIN_LENGTHS
-    results["attention_train"] = attention_train_cost(args, train_lengths, batch=48, hidden=dims["H"])
+    train_lengths = [25, 100] if quick else attention.TRAIN_LENGTHS
+    results["attention_train"] = attention.training_cost(args, train_lengths, batch=48,
+                                                     hidden=dims["H"])  # fmt: skip
 
     log("GEMM peak again (the best of both measurements is the peak)")
     results["gemm"]["flops"] = max(results["gemm"]["flops"], measure.gemm_peak(n, gemm_rounds))

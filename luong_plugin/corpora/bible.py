@@ -50,13 +50,16 @@ import random
 import sys
 import time
 
-from .osis import (  # noqa: F401  (bible.clean_osis etc. stay importable)
-    HEBREW_LETTERS,
-    casing_table,
-    clean_osis,
-    normalise_capitals,
-    strip_subscription,
-)
+if __package__:  # bible.clean_osis etc. stay importable
+    from luong_plugin.corpora.osis import (  # noqa: F401
+        HEBREW_LETTERS,
+        casing_table,
+        clean_osis,
+        normalise_capitals,
+        strip_subscription,
+    )
+else:  # run as a script (prepare.sh does): keeps the package's fairseq import out
+    from osis import casing_table, clean_osis, normalise_capitals, strip_subscription
 
 SWORD_DIR = "/usr/share/sword"
 ES_MODULE = "spaRV1909eb"

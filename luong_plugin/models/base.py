@@ -63,8 +63,12 @@ class PluginModel(CheckedLoad, FairseqEncoderDecoderModel):
 def model_family(state_dict) -> str:
     """Which of the plugin's models a state dict holds, told by a parameter only
     that model has (each model's ``FAMILY_KEY``)."""
-    for model in CheckedLoad.__subclasses__():
-        if model.FAMILY_KEY in state_dict:
+    models = list(CheckedLoad.__subclasses__())
+    while models:  # every model below CheckedLoad, PluginModel's subclasses included
+        model = models.pop()
+        models.extend(model.__subclasses__())
+        key = getattr(model, "FAMILY_KEY", None)
+        if key is not None and key in state_dict:
             return model.FAMILY
     return "not a luong_plugin model"
 
