@@ -56,4 +56,6 @@ def training_cost(args, lengths, batch, hidden):
         "local-p sliced": (local, local.sliced),
         "local-p gathered": (local, local.gathered),
     }
-    return measure.attention_train_step_times(attentions, lengths, batch, hidden, max(3, 2 * args.rounds))
+    return measure.attention_train_step_times(
+        attentions, lengths, batch, hidden, max(3, 2 * args.rounds)
+    )

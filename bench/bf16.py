@@ -55,14 +55,17 @@ def run_section(args, bin_dir: str, training: Callable, generation: Callable,
     log(f"bf16: training, {len(names)} systems, --max-tokens {demo.max_tokens}")
     train, batches, dims, built = training(demo, bin_dir, names, 0.0, "label_smoothed_cross_entropy",
                                            1 if quick else 3)  # fmt: skip
-    out.update(train=train, max_tokens=demo.max_tokens, dims={k: v for k, v in dims.items() if k != "pad"})
+    out.update(
+        train=train, max_tokens=demo.max_tokens, dims={k: v for k, v in dims.items() if k != "pad"}
+    )
     out["flops"] = flops_of(train, batches, dims, out["gemm"])
     log("bf16: profile of one update")
     out["profile"] = {
         name: measure.profile_table(
             measure.make_update(built[name][2], built[name][3], batches[:1]), 3 if quick else 12
         )
-        for name in PROFILE if name in built
+        for name in PROFILE
+        if name in built
     }
     del built
 
@@ -81,7 +84,9 @@ def run_section(args, bin_dir: str, training: Callable, generation: Callable,
     out["generate"] = generation(args, bin_dir, gen_names, sentences=8 if quick else 200,
                                  batch_size=8 if quick else 50)  # fmt: skip
     log("bf16: peak memory (one process per system)")
-    out["memory"] = {name: memory(name, demo.max_tokens) for name in (MEMORY[:2] if quick else MEMORY)}
+    out["memory"] = {
+        name: memory(name, demo.max_tokens) for name in (MEMORY[:2] if quick else MEMORY)
+    }
     return out
 
 
@@ -151,7 +156,8 @@ def markdown(r: dict) -> list:
         "has no bf16 on a CPU). GEMM peaks of this run, "
         f"{g['n']} x {g['n']} `torch.matmul`, best round: fp32 **{g['fp32'] / 1e9:.1f}**, "
         f"bf16 **{g['bf16'] / 1e9:.1f} GFLOP/s** ({g['bf16'] / g['fp32']:.2f}x). Utilisation is",
-        "against the peak of the row's dtype.", "",
+        "against the peak of the row's dtype.",
+        "",
         "| system | target tok/s | vs its fp32 run | vs fairseq lstm | utilisation |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -163,23 +169,45 @@ def markdown(r: dict) -> list:
         out += _rows(b["train_paper"], b["paper_flops"])
     gen = b.get("generate", {})
     if gen:
-        out += ["", "Beam-5 generation (as in the section above):", "",
-                "| system | sentences/s | vs its fp32 run | tokens generated |", "|---|---:|---:|---:|"]
+        out += [
+            "",
+            "Beam-5 generation (as in the section above):",
+            "",
+            "| system | sentences/s | vs its fp32 run | tokens generated |",
+            "|---|---:|---:|---:|",
+        ]
         for name, v in gen.items():
             ratio = _ratio(gen, name, split(name)[0], "sent_s")
-            out.append(f"| {name} | {v['sent_s']:.1f} | {f'{ratio:.2f}x' if ratio else ''} | {v['tokens']} |")
+            out.append(
+                f"| {name} | {v['sent_s']:.1f} | {f'{ratio:.2f}x' if ratio else ''} | {v['tokens']} |"
+            )
     mem = b.get("memory", {})
     if mem:
-        out += ["", f"Peak memory (a fresh process each, `--max-tokens {b['max_tokens']}`):", "",
-                "| system | peak RSS MiB | growth during training MiB | vs its fp32 run |", "|---|---:|---:|---:|"]
+        out += [
+            "",
+            f"Peak memory (a fresh process each, `--max-tokens {b['max_tokens']}`):",
+            "",
+            "| system | peak RSS MiB | growth during training MiB | vs its fp32 run |",
+            "|---|---:|---:|---:|",
+        ]
         for name, v in mem.items():
             ratio = _ratio(mem, name, split(name)[0], "peak")
-            out.append(f"| {name} | {v['peak'] / 2**20:.0f} | {(v['peak'] - v['rss_before']) / 2**20:.0f} | "
-                       f"{f'{ratio:.2f}x' if ratio else ''} |")
+            out.append(
+                f"| {name} | {v['peak'] / 2**20:.0f} | {(v['peak'] - v['rss_before']) / 2**20:.0f} | "
+                f"{f'{ratio:.2f}x' if ratio else ''} |"
+            )
     for name, rows in b.get("profile", {}).items():
-        out += ["", f"Where the time goes, **{name}** (one update, `torch.profiler`, self CPU time):", "",
-                "| operator | calls | self ms | share |", "|---|---:|---:|---:|"]
-        out += [f"| `{row['op']}` | {row['calls']} | {row['self_ms']:.1f} | {row['share']:.0%} |" for row in rows]
+        out += [
+            "",
+            f"Where the time goes, **{name}** (one update, `torch.profiler`, self CPU time):",
+            "",
+            "| operator | calls | self ms | share |",
+            "|---|---:|---:|---:|",
+        ]
+        out += [
+            f"| `{row['op']}` | {row['calls']} | {row['self_ms']:.1f} | {row['share']:.0%} |"
+            for row in rows
+        ]
     return out
 
 
@@ -217,9 +245,15 @@ def main(argv=None):
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results = {"bf16": run_section(args, bin_dir, run.training, run.generation, memory, run.log)}
-    results["bf16"]["load"] = f"{load} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
+    results["bf16"][
+        "load"
+    ] = f"{load} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
     lines = [f"machine: {run.machine(args.threads)}, load average {results['bf16']['load']}"]
-    lines += markdown(results) + [""] + [f"- {t}: {m} ({v})" for t, m, v in targets(results, report._verdict)]
+    lines += (
+        markdown(results)
+        + [""]
+        + [f"- {t}: {m} ({v})" for t, m, v in targets(results, report._verdict)]
+    )
     text = "\n".join(lines) + "\n"
     if "--out" in argv:
         with open(args.out, "w") as f:

@@ -35,53 +35,91 @@ def targets(r: dict) -> list:
     for ours, peer, how in pairs:
         if ours in train and peer in train:
             ratio = train[ours]["tok_s"] / train[peer]["tok_s"]
-            rows.append((f"training, global-general + feeding vs fairseq lstm >= 1.2x ({how})",
-                         f"{ratio:.2f}x", _verdict(ratio, 1.2)))
+            rows.append(
+                (
+                    f"training, global-general + feeding vs fairseq lstm >= 1.2x ({how})",
+                    f"{ratio:.2f}x",
+                    _verdict(ratio, 1.2),
+                )
+            )
     malloc = r.get("malloc")
     if malloc:
         glibc = malloc["train"]
         for ours, peer, how in pairs:
             if ours in glibc and peer in glibc:
                 ratio = glibc[ours]["tok_s"] / glibc[peer]["tok_s"]
-                rows.append((f"the same on {malloc['allocator']}'s allocator ({how})", f"{ratio:.2f}x",
-                             _verdict(ratio, 1.2)))
+                rows.append(
+                    (
+                        f"the same on {malloc['allocator']}'s allocator ({how})",
+                        f"{ratio:.2f}x",
+                        _verdict(ratio, 1.2),
+                    )
+                )
     for loss in ("", FUSED):
         fused, stepped = "global-general" + loss, "global-general per-step" + loss
         if fused in train and stepped in train:
             ratio = train[fused]["tok_s"] / train[stepped]["tok_s"]
             how = "fused loss" if loss else "fairseq's loss"
-            rows.append((f"no feeding: fused path vs per-step path >= 2.5x ({how})", f"{ratio:.2f}x",
-                         _verdict(ratio, 2.5)))
+            rows.append(
+                (
+                    f"no feeding: fused path vs per-step path >= 2.5x ({how})",
+                    f"{ratio:.2f}x",
+                    _verdict(ratio, 2.5),
+                )
+            )
     path = r.get("decoder_path")
     if path:
         ratio = path["per_step"] / path["fused"]
-        rows.append(("no feeding: fused vs per-step, decoder path alone (LSTM + attention, fwd + bwd)",
-                     f"{ratio:.2f}x", _verdict(ratio, 2.5)))
+        rows.append(
+            (
+                "no feeding: fused vs per-step, decoder path alone (LSTM + attention, fwd + bwd)",
+                f"{ratio:.2f}x",
+                _verdict(ratio, 2.5),
+            )
+        )
     gen = r.get("generate", {})
     if REFERENCE in gen and OURS in gen:
         ratio = gen[OURS]["sent_s"] / gen[REFERENCE]["sent_s"]
-        rows.append(("beam-5 generation vs fairseq lstm >= 1.2x", f"{ratio:.2f}x", _verdict(ratio, 1.2)))
+        rows.append(
+            ("beam-5 generation vs fairseq lstm >= 1.2x", f"{ratio:.2f}x", _verdict(ratio, 1.2))
+        )
     mem = r.get("memory", {})
     for ours in (OURS, OURS + FUSED):
         if REFERENCE in mem and ours in mem:
             ratio = mem[ours]["peak"] / mem[REFERENCE]["peak"]
             how = " (ours with the fused loss)" if ours.endswith(FUSED) else ""
-            rows.append((f"peak memory vs fairseq lstm <= 1.0x{how}", f"{ratio:.2f}x",
-                         _verdict(ratio, 1.0, False)))
+            rows.append(
+                (
+                    f"peak memory vs fairseq lstm <= 1.0x{how}",
+                    f"{ratio:.2f}x",
+                    _verdict(ratio, 1.0, False),
+                )
+            )
     att = r.get("attention", {})
     for window in ("local-m", "local-p"):
         times = att.get(window, {})
         if 25 in times and 400 in times:
             ratio = times[400] / times[25]
-            rows.append((f"{window} step time, S=400 vs S=25 <= 1.3x", f"{ratio:.2f}x", _verdict(ratio, 1.3, False)))
+            rows.append(
+                (
+                    f"{window} step time, S=400 vs S=25 <= 1.3x",
+                    f"{ratio:.2f}x",
+                    _verdict(ratio, 1.3, False),
+                )
+            )
     flops = r.get("flops_paper", r.get("flops", {}))
     for ours in (OURS, OURS + FUSED):
         if ours in flops:
             util = flops[ours]["utilisation"]
             shape = "paper shape 4 x 1000" if "flops_paper" in r else "demo shape 1 x 256"
             how = ", fused loss" if ours.endswith(FUSED) else ""
-            rows.append((f"training utilisation ({shape}{how}) >= 35% of GEMM peak", f"{util:.0%}",
-                         _verdict(util, 0.35)))
+            rows.append(
+                (
+                    f"training utilisation ({shape}{how}) >= 35% of GEMM peak",
+                    f"{util:.0%}",
+                    _verdict(util, 0.35),
+                )
+            )
     return rows + bf16.targets(r, _verdict)
 
 
@@ -116,7 +154,8 @@ def markdown(r: dict) -> str:
         "that command, in one process, with the systems interleaved round by round on the same",
         "batches; each figure is the median over rounds.",
         "",
-        f"- command: `{r['command']}`" + (" (**--quick: a smoke test, not a measurement**)" if r["quick"] else ""),
+        f"- command: `{r['command']}`"
+        + (" (**--quick: a smoke test, not a measurement**)" if r["quick"] else ""),
         f"- machine: {m['cpu']}, {m['cpus']} CPUs, torch threads {m['threads']}; load average "
         f"(1, 5, 15 min) at start {m['load']}, at the end {r.get('load_end', '?')}: on a busy machine",
         "  the ratios stay meaningful (interleaved rounds), absolute figures and utilisation do not",
@@ -128,7 +167,8 @@ def markdown(r: dict) -> str:
         f"Data: the Spanish->English Bible (`recipes/bible_es_en/prepare.sh`), {d['V']}-symbol joint",
         f"SentencePiece dictionary, training batches of `--max-tokens {r['max_tokens']}` drawn as fairseq-train",
         "draws them (seed 1); batches (sentences, source len, target len): "
-        + ", ".join(f"{b[0]} x {b[1]} / {b[2]}" for b in r["batches"]) + ".",
+        + ", ".join(f"{b[0]} x {b[1]} / {b[2]}" for b in r["batches"])
+        + ".",
         "",
         f"Sizes: {d['L']} layer(s) x {d['H']} cells, embeddings {d['C']}, h~ {d['O']}, shared decoder input/output",
         "embedding (the demo's model). fairseq: `--arch lstm --decoder-attention True` (global attention",
@@ -136,7 +176,7 @@ def markdown(r: dict) -> str:
         "--no-reverse-source` with the window / score / feeding of each row; same dimension flags.",
         "Both: dropout 0 (`--dropout 0` also zeroes fairseq's `--encoder/decoder-dropout-in/out`),",
         "`label_smoothed_cross_entropy --label-smoothing 0.1`, Adam, gradient clipping at 1. Rows named",
-        f"\"...{FUSED}\" train with `--criterion fused_label_smoothed_cross_entropy --label-smoothing 0.1`",
+        f'"...{FUSED}" train with `--criterion fused_label_smoothed_cross_entropy --label-smoothing 0.1`',
         "instead (`luong_plugin/criterions/fused_cross_entropy.py`): the same loss and gradients (tested",
         "equal to fairseq's), with the output layer run over the real target tokens only, in chunks,",
         "and no B x T x V logits held. It works for fairseq's lstm too, so both models are timed with it.",
@@ -164,147 +204,223 @@ def markdown(r: dict) -> str:
     ]
     out += _train_table(r["train"], r.get("flops", {}))
     if "train_dropout" in r:
-        out += ["", "With dropout 0.2 on both (ours: embeddings and h~_t before W_s; fairseq: its",
-                "`--dropout 0.2` default for encoder/decoder dropout in/out):", ""]
+        out += [
+            "",
+            "With dropout 0.2 on both (ours: embeddings and h~_t before W_s; fairseq: its",
+            "`--dropout 0.2` default for encoder/decoder dropout in/out):",
+            "",
+        ]
         out += _train_table(r["train_dropout"], {}, descriptions=False)
     if "train_paper" in r:
         pd = r["paper_dims"]
-        out += ["", f"Paper shape: {pd['L']} layers x {pd['H']} cells, embeddings {pd['C']}, "
-                f"`--max-tokens {r['paper_max_tokens']}`, global-general + feeding, same data:", ""]
+        out += [
+            "",
+            f"Paper shape: {pd['L']} layers x {pd['H']} cells, embeddings {pd['C']}, "
+            f"`--max-tokens {r['paper_max_tokens']}`, global-general + feeding, same data:",
+            "",
+        ]
         out += _train_table(r["train_paper"], r["flops_paper"], descriptions=False)
     if "global-general per-step" in r["train"]:
         fused = r["train"]["global-general"]["tok_s"]
         step = r["train"]["global-general per-step"]["tok_s"]
-        out += ["", "Without input feeding the decoder runs the whole target through one `nn.LSTM` call",
-                f"and attends for all steps in one batched product: **{fused / step:.2f}x** the same model",
-                "forced through the per-step loop (`luong_loop.per_step_features`; tested equal in",
-                "`tests/test_fast_paths.py`)."]
+        out += [
+            "",
+            "Without input feeding the decoder runs the whole target through one `nn.LSTM` call",
+            f"and attends for all steps in one batched product: **{fused / step:.2f}x** the same model",
+            "forced through the per-step loop (`luong_loop.per_step_features`; tested equal in",
+            "`tests/test_fast_paths.py`).",
+        ]
         if "global-general per-step" + FUSED in r["train"]:
             fused = r["train"]["global-general" + FUSED]["tok_s"]
             step = r["train"]["global-general per-step" + FUSED]["tok_s"]
             out[-1] += f" Both trained with the fused loss: **{fused / step:.2f}x**."
     path = r.get("decoder_path")
     if path:
-        out += ["", "That ratio is of whole updates, which also hold the encoder, the output layer and the",
-                "loss, the same on both paths. The decoder's feature path alone (`extract_features`",
-                "forward + backward from fixed encoder outputs, `bench/measure.py:make_decoder_pass`):",
-                f"fused {path['fused'] * 1e3:.0f} ms, per-step {path['per_step'] * 1e3:.0f} ms per round: "
-                f"**{path['per_step'] / path['fused']:.2f}x**."]
+        out += [
+            "",
+            "That ratio is of whole updates, which also hold the encoder, the output layer and the",
+            "loss, the same on both paths. The decoder's feature path alone (`extract_features`",
+            "forward + backward from fixed encoder outputs, `bench/measure.py:make_decoder_pass`):",
+            f"fused {path['fused'] * 1e3:.0f} ms, per-step {path['per_step'] * 1e3:.0f} ms per round: "
+            f"**{path['per_step'] / path['fused']:.2f}x**.",
+        ]
         ref = r["train"].get(REFERENCE)
         if path["output"] and ref:
-            out += ["", "What a faster decoder can change at this size: the output layer W_s h̃_t over the",
-                    f"{r['dims']['V']}-symbol vocabulary, the log-softmax and the label-smoothed loss",
-                    "(`make_output_pass`: forward + backward from fixed features) are the same operations",
-                    "in fairseq's lstm and ours. Seconds per round:", "",
-                    "| system | whole update | output layer + loss | the rest | the rest vs fairseq lstm |",
-                    "|---|---:|---:|---:|---:|"]
+            out += [
+                "",
+                "What a faster decoder can change at this size: the output layer W_s h̃_t over the",
+                f"{r['dims']['V']}-symbol vocabulary, the log-softmax and the label-smoothed loss",
+                "(`make_output_pass`: forward + backward from fixed features) are the same operations",
+                "in fairseq's lstm and ours. Seconds per round:",
+                "",
+                "| system | whole update | output layer + loss | the rest | the rest vs fairseq lstm |",
+                "|---|---:|---:|---:|---:|",
+            ]
             ref_rest = ref["seconds"] - path["output"][REFERENCE]
             for name, out_s in path["output"].items():
                 total = r["train"][name]["seconds"]
-                out.append(f"| {name} | {total:.3f} | {out_s:.3f} ({out_s / total:.0%}) | {total - out_s:.3f} | "
-                           f"{_ratio(ref_rest, total - out_s)} |")
+                out.append(
+                    f"| {name} | {total:.3f} | {out_s:.3f} ({out_s / total:.0%}) | {total - out_s:.3f} | "
+                    f"{_ratio(ref_rest, total - out_s)} |"
+                )
             bound = ref["seconds"] / path["output"][REFERENCE]
             rest_allowed = ref["seconds"] / 1.2 - path["output"][REFERENCE]  # for 1.2x overall
             if rest_allowed > 0:
                 needed = f"the 1.2x target needs the rest to run {ref_rest / rest_allowed:.2f}x faster than fairseq's."
             else:
                 needed = "the 1.2x target is out of reach at this size."
-            out += ["", f"A decoder and encoder that took no time at all would make an update {bound:.2f}x",
-                    f"fairseq's lstm; {needed}"]
+            out += [
+                "",
+                f"A decoder and encoder that took no time at all would make an update {bound:.2f}x",
+                f"fairseq's lstm; {needed}",
+            ]
             if REFERENCE + FUSED in path["output"]:
                 gain = path["output"][REFERENCE] / path["output"][REFERENCE + FUSED]
-                out += ["With the fused loss (rows \"...fused loss\") that part of fairseq's lstm's update "
-                        f"runs at {gain:.2f}x the speed of the stock loss's."]
+                out += [
+                    "With the fused loss (rows \"...fused loss\") that part of fairseq's lstm's update "
+                    f"runs at {gain:.2f}x the speed of the stock loss's."
+                ]
 
     malloc = r.get("malloc")
     if malloc:
         train = malloc["train"]
         ref = train[REFERENCE]["tok_s"]
-        out += ["", f"## Training with {malloc['allocator']}'s allocator", "",
-                "`recipes/with_tcmalloc` (`make bench`, `make demo`) preloads tcmalloc; a plain",
-                "`fairseq-train` runs on glibc's malloc, which hands every buffer of more than a few",
-                "megabytes back to the kernel when it is freed and faults it in again at the next",
-                "update (the B x T x V logits and their gradients are ~128 MB each here). A child",
-                "process started without tcmalloc times these systems, interleaved as above; the last",
-                f"column compares each with its own figure in the main table ({malloc['parent']}, the",
-                "parent process: not interleaved with the child, so a rougher ratio).", "",
-                f"| system | target tok/s | vs fairseq lstm | {malloc['parent']} vs {malloc['allocator']} |",
-                "|---|---:|---:|---:|"]
+        out += [
+            "",
+            f"## Training with {malloc['allocator']}'s allocator",
+            "",
+            "`recipes/with_tcmalloc` (`make bench`, `make demo`) preloads tcmalloc; a plain",
+            "`fairseq-train` runs on glibc's malloc, which hands every buffer of more than a few",
+            "megabytes back to the kernel when it is freed and faults it in again at the next",
+            "update (the B x T x V logits and their gradients are ~128 MB each here). A child",
+            "process started without tcmalloc times these systems, interleaved as above; the last",
+            f"column compares each with its own figure in the main table ({malloc['parent']}, the",
+            "parent process: not interleaved with the child, so a rougher ratio).",
+            "",
+            f"| system | target tok/s | vs fairseq lstm | {malloc['parent']} vs {malloc['allocator']} |",
+            "|---|---:|---:|---:|",
+        ]
         for name, v in train.items():
             main = r["train"].get(name, {}).get("tok_s")
-            out.append(f"| {name} | {_fmt(v['tok_s'])} | {_ratio(v['tok_s'], ref)} | "
-                       f"{_ratio(main, v['tok_s']) if main else ''} |")
+            out.append(
+                f"| {name} | {_fmt(v['tok_s'])} | {_ratio(v['tok_s'], ref)} | "
+                f"{_ratio(main, v['tok_s']) if main else ''} |"
+            )
 
     out += bf16.markdown(r)
 
     gen = r.get("generate", {})
     if gen:
         ref = gen.get(REFERENCE, {}).get("sent_s")
-        out += ["", "## Beam-5 generation", "",
-                "The test set's first sentences, batches of up to 50, `SequenceGenerator` with beam 5,",
-                "max length = source length + 5, no attention output (`make_generation_fast_`). Weights",
-                "are untrained, so hypotheses rarely end early: every system decodes about the same",
-                "number of steps (generated tokens shown).", "",
-                "| system | sentences/s | vs fairseq lstm | tokens generated |", "|---|---:|---:|---:|"]
+        out += [
+            "",
+            "## Beam-5 generation",
+            "",
+            "The test set's first sentences, batches of up to 50, `SequenceGenerator` with beam 5,",
+            "max length = source length + 5, no attention output (`make_generation_fast_`). Weights",
+            "are untrained, so hypotheses rarely end early: every system decodes about the same",
+            "number of steps (generated tokens shown).",
+            "",
+            "| system | sentences/s | vs fairseq lstm | tokens generated |",
+            "|---|---:|---:|---:|",
+        ]
         for name, v in gen.items():
-            out.append(f"| {name} | {v['sent_s']:.1f} | {_ratio(v['sent_s'], ref) if ref else ''} | {v['tokens']} |")
+            out.append(
+                f"| {name} | {v['sent_s']:.1f} | {_ratio(v['sent_s'], ref) if ref else ''} | {v['tokens']} |"
+            )
 
     mem = r.get("memory", {})
     if mem:
         ref = mem.get(REFERENCE, {}).get("peak")
-        out += ["", "## Peak memory", "",
-                "One fresh process per system (`bench/run.py --memory-child NAME`): build, load the",
-                "data, two training updates; peak resident set (`VmHWM` of /proc/self/status) and its growth over the",
-                "resident set just before the first update (activations, gradients, Adam state).", "",
-                "| system | peak RSS MiB | growth during training MiB | peak vs fairseq lstm |",
-                "|---|---:|---:|---:|"]
+        out += [
+            "",
+            "## Peak memory",
+            "",
+            "One fresh process per system (`bench/run.py --memory-child NAME`): build, load the",
+            "data, two training updates; peak resident set (`VmHWM` of /proc/self/status) and its growth over the",
+            "resident set just before the first update (activations, gradients, Adam state).",
+            "",
+            "| system | peak RSS MiB | growth during training MiB | peak vs fairseq lstm |",
+            "|---|---:|---:|---:|",
+        ]
         for name, v in mem.items():
-            out.append(f"| {name} | {v['peak'] / 2**20:.0f} | {(v['peak'] - v['rss_before']) / 2**20:.0f} | "
-                       f"{_ratio(v['peak'], ref) if ref else ''} |")
+            out.append(
+                f"| {name} | {v['peak'] / 2**20:.0f} | {(v['peak'] - v['rss_before']) / 2**20:.0f} | "
+                f"{_ratio(v['peak'], ref) if ref else ''} |"
+            )
 
     att = r.get("attention", {})
     if att:
         lengths = sorted(next(iter(att.values())))
-        out += ["", "## Attention cost against the source length", "",
-                "One decoding step (T = 1, forward, no grad) of the attention module alone, general score,",
-                f"batch 64, {d['H']} dims, D = 10, every sentence S long, the step t = S / 2; milliseconds",
-                "per step (each round times 20 steps in a row; median over rounds). Below two windows of source (`GATHER_FROM` in `luong_plugin/modules/attention.py`)",
-                "local windows take the masked path. Beyond, they score the slice of the source that holds",
-                "every window of the batch while it is shorter than two windows (`sliced`: here local-m,",
-                "whose windows all centre on t), and gather the 2D + 1 keys of each window otherwise",
-                "(`gathered`: here local-p, whose predicted centres spread over the source). In decoding,",
-                "local-m slices while its centres min(t, S_b - 1) lie less than 2D + 1 apart across the",
-                "batch: at every step for sentences of one length, and for fairseq's batches of similar",
-                "lengths at least until t passes the shortest.",
-                "`local-p masked` always scores all S (the masked implementation, the test oracle);",
-                "`local-p gathered` and `local-m gathered` always gather.", "",
-                "| S | " + " | ".join(att) + " |", "|---:|" + "---:|" * len(att)]
+        out += [
+            "",
+            "## Attention cost against the source length",
+            "",
+            "One decoding step (T = 1, forward, no grad) of the attention module alone, general score,",
+            f"batch 64, {d['H']} dims, D = 10, every sentence S long, the step t = S / 2; milliseconds",
+            "per step (each round times 20 steps in a row; median over rounds). Below two windows of source (`GATHER_FROM` in `luong_plugin/modules/attention.py`)",
+            "local windows take the masked path. Beyond, they score the slice of the source that holds",
+            "every window of the batch while it is shorter than two windows (`sliced`: here local-m,",
+            "whose windows all centre on t), and gather the 2D + 1 keys of each window otherwise",
+            "(`gathered`: here local-p, whose predicted centres spread over the source). In decoding,",
+            "local-m slices while its centres min(t, S_b - 1) lie less than 2D + 1 apart across the",
+            "batch: at every step for sentences of one length, and for fairseq's batches of similar",
+            "lengths at least until t passes the shortest.",
+            "`local-p masked` always scores all S (the masked implementation, the test oracle);",
+            "`local-p gathered` and `local-m gathered` always gather.",
+            "",
+            "| S | " + " | ".join(att) + " |",
+            "|---:|" + "---:|" * len(att),
+        ]
         for S in lengths:
             out.append(f"| {S} | " + " | ".join(f"{att[w][S] * 1e3:.3f}" for w in att) + " |")
         if 25 in lengths and 400 in lengths:
-            out.append("| S=400 / S=25 | " + " | ".join(f"{att[w][400] / att[w][25]:.2f}x" for w in att) + " |")
+            out.append(
+                "| S=400 / S=25 | "
+                + " | ".join(f"{att[w][400] / att[w][25]:.2f}x" for w in att)
+                + " |"
+            )
 
     att = r.get("attention_train", {})
     if att:
         lengths = sorted(next(iter(att.values())))
-        out += ["", "## Attention in training against the source length", "",
-                "20 steps of a recurrence (each query adds the previous step's context, as input feeding",
-                f"does) and one backward through them, autograd on, general score, batch 48, {d['H']} dims,",
-                "lengths S/2 to S; milliseconds per step (median over rounds). In training every path's",
-                "backward is O(S) per step: the gradient of the sliced or gathered keys and values is a",
-                "B x S x E buffer per step, zero-filled and added up. `forward` therefore takes the masked",
-                "path whenever autograd records a step (`local-p`, the demo's renormalised window with",
-                "bound 4); `local-p sliced` and `local-p gathered` force the other two.", "",
-                "| S | " + " | ".join(att) + " |", "|---:|" + "---:|" * len(att)]
+        out += [
+            "",
+            "## Attention in training against the source length",
+            "",
+            "20 steps of a recurrence (each query adds the previous step's context, as input feeding",
+            f"does) and one backward through them, autograd on, general score, batch 48, {d['H']} dims,",
+            "lengths S/2 to S; milliseconds per step (median over rounds). In training every path's",
+            "backward is O(S) per step: the gradient of the sliced or gathered keys and values is a",
+            "B x S x E buffer per step, zero-filled and added up. `forward` therefore takes the masked",
+            "path whenever autograd records a step (`local-p`, the demo's renormalised window with",
+            "bound 4); `local-p sliced` and `local-p gathered` force the other two.",
+            "",
+            "| S | " + " | ".join(att) + " |",
+            "|---:|" + "---:|" * len(att),
+        ]
         for S in lengths:
             out.append(f"| {S} | " + " | ".join(f"{att[w][S] * 1e3:.3f}" for w in att) + " |")
 
     prof = r.get("profile", {})
     if prof:
-        out += ["", "## Where the time goes", "",
-                "`torch.profiler`, one training update on the first batch, top operators by self CPU time:", ""]
+        out += [
+            "",
+            "## Where the time goes",
+            "",
+            "`torch.profiler`, one training update on the first batch, top operators by self CPU time:",
+            "",
+        ]
         for name, rows in prof.items():
-            out += [f"**{name}**", "", "| operator | calls | self ms | share |", "|---|---:|---:|---:|"]
-            out += [f"| `{row['op']}` | {row['calls']} | {row['self_ms']:.1f} | {row['share']:.0%} |" for row in rows]
+            out += [
+                f"**{name}**",
+                "",
+                "| operator | calls | self ms | share |",
+                "|---|---:|---:|---:|",
+            ]
+            out += [
+                f"| `{row['op']}` | {row['calls']} | {row['self_ms']:.1f} | {row['share']:.0%} |"
+                for row in rows
+            ]
             out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -48,19 +48,33 @@ from systems import (  # noqa: E402
 USER_DIR = os.path.join(REPO, "luong_plugin")
 GENERATION_SYSTEMS = [REFERENCE, "global-general feed", "global-general", "local-p general feed"]
 # the allocator's effect: trained in a child process started without tcmalloc
-MALLOC_SYSTEMS = [REFERENCE, REFERENCE + FUSED, "global-general feed", "global-general feed" + FUSED]
+MALLOC_SYSTEMS = [
+    REFERENCE,
+    REFERENCE + FUSED,
+    "global-general feed",
+    "global-general feed" + FUSED,
+]
 MEMORY_SYSTEMS = GENERATION_SYSTEMS[:2] + ["global-general feed" + FUSED] + GENERATION_SYSTEMS[2:]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"),
-                   help="corpus directory of recipes/bible_es_en/prepare.sh (made if missing)")
+    p.add_argument(
+        "--data",
+        default=os.path.join(REPO, "data", "bible_es_en"),
+        help="corpus directory of recipes/bible_es_en/prepare.sh (made if missing)",
+    )
     p.add_argument("--out", default=os.path.join(REPO, "docs", "BENCHMARKS.md"))
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    p.add_argument("--quick", action="store_true", help="smallest sizes: a smoke test, not a measurement")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; quick 1)")
-    p.add_argument("--max-tokens", type=int, default=None, help="batch size (default 4000; quick 400)")
+    p.add_argument(
+        "--quick", action="store_true", help="smallest sizes: a smoke test, not a measurement"
+    )
+    p.add_argument(
+        "--rounds", type=int, default=None, help="interleaved rounds (default 5; quick 1)"
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="batch size (default 4000; quick 400)"
+    )
     p.add_argument("--json", default=None, help="also write the raw results as JSON here")
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--malloc-child", action="store_true", help=argparse.SUPPRESS)
@@ -152,7 +166,16 @@ def decoder_path(args, built, batches):
         "fused": measure.make_decoder_pass(model, batches, step_by_step=False),
         "per-step": measure.make_decoder_pass(model, batches, step_by_step=True),
     }
-    shared = [n for n in (REFERENCE, "global-general feed", REFERENCE + FUSED, "global-general feed" + FUSED) if n in built]
+    shared = [
+        n
+        for n in (
+            REFERENCE,
+            "global-general feed",
+            REFERENCE + FUSED,
+            "global-general feed" + FUSED,
+        )
+        if n in built
+    ]
     for name in shared:
         jobs["output " + name] = measure.make_output_pass(built[name][2], built[name][3], batches)
     seconds, _ = measure.median_rounds(jobs, args.rounds)
@@ -222,7 +245,8 @@ def machine(threads: int) -> dict:
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
         info = dict(
-            (k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+            (k.strip(), v.strip())
+            for k, v in (line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
         )
         model = info.get("Model name", model)
         cores = info.get("CPU(s)", "?")
@@ -271,7 +295,9 @@ def main(argv=None):
     )
     results["train"] = train
     results["dims"] = {k: v for k, v in dims.items() if k != "pad"}
-    results["batches"] = [list(b["net_input"]["src_tokens"].shape) + [list(b["target"].shape)[1]] for b in batches]
+    results["batches"] = [
+        list(b["net_input"]["src_tokens"].shape) + [list(b["target"].shape)[1]] for b in batches
+    ]
     results["flops"] = {}
     for name in names:
         spec = system(name)
@@ -334,7 +360,14 @@ def main(argv=None):
     )
 
     log("peak memory (one process per system)")
-    child_argv = ["--data", args.data, "--threads", str(args.threads), "--max-tokens", str(args.max_tokens)]
+    child_argv = [
+        "--data",
+        args.data,
+        "--threads",
+        str(args.threads),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
     mem_names = MEMORY_SYSTEMS[:1] if quick else MEMORY_SYSTEMS
     results["memory"] = {
         name: measure.memory_in_child(os.path.abspath(__file__), name, child_argv)
@@ -344,7 +377,8 @@ def main(argv=None):
     log("training with glibc's allocator (a child process started without tcmalloc)")
     malloc_argv = child_argv + ["--rounds", str(args.rounds)] + (["--quick"] if quick else [])
     results["malloc"] = measure.json_from_child(
-        os.path.abspath(__file__), malloc_argv + ["--malloc-child"],
+        os.path.abspath(__file__),
+        malloc_argv + ["--malloc-child"],
         env=measure.without_tcmalloc(os.environ),
     )
     results["malloc"]["parent"] = measure.allocator(os.environ)

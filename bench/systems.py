@@ -10,6 +10,7 @@ are the same for every system.
 from dataclasses import dataclass
 from typing import List, Sequence
 
+
 def sizes(layers: int, dim: int) -> List[str]:
     """The size flags both toolkits share: ``layers`` x ``dim`` LSTMs, shared embeddings."""
     return [
@@ -73,7 +74,13 @@ SYSTEMS = [
     System("base", LUONG + ["--attention-window", "none", "--no-input-feeding"], "ours, no attention (Table 1 Base)"),
 ]  # fmt: skip
 
-QUICK_SYSTEMS = [REFERENCE, "global-general feed", "global-general feed" + FUSED, "global-general", "local-p general feed"]
+QUICK_SYSTEMS = [
+    REFERENCE,
+    "global-general feed",
+    "global-general feed" + FUSED,
+    "global-general",
+    "local-p general feed",
+]
 
 
 def system(name: str) -> System:

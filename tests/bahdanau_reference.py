@@ -55,7 +55,10 @@ def reference(model, src, prev, readout_state):
         Ey = dec.embed_tokens.weight[y]
         if dec.attention is not None:
             e = torch.stack(
-                [v_a @ torch.tanh(W_a @ s + U_a @ h_j + dec.attention.W_k.bias) for h_j in annotations]
+                [
+                    v_a @ torch.tanh(W_a @ s + U_a @ h_j + dec.attention.W_k.bias)
+                    for h_j in annotations
+                ]
             )
             alpha = torch.exp(e - e.max()) / torch.exp(e - e.max()).sum()
             c = sum(a * h_j for a, h_j in zip(alpha, annotations))

@@ -21,8 +21,6 @@ USER_DIR = os.path.join(REPO, "luong_plugin")
 ALL_SENTENCES = ("--required-batch-size-multiple", "1")
 
 
-
-
 class TinyTask:
     def __init__(self, src_dict, tgt_dict):
         self.source_dictionary = src_dict
@@ -102,6 +100,7 @@ def _one_thread():
 
 # ---- fairseq command-line tools on real text (one build per test session) ----
 
+
 def fairseq(tool, *args, input=None):
     cmd = [os.path.join(VENV_BIN, tool), *map(str, args)]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -112,10 +111,30 @@ def fairseq(tool, *args, input=None):
 
 def train(data, save_dir, *extra, arch="luong_tiny", updates=30):
     return fairseq(
-        "fairseq-train", data, "--user-dir", USER_DIR, "--arch", arch,
-        "--optimizer", "adam", "--lr", "0.01", "--max-tokens", "2000",
-        "--max-update", updates, "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--seed", "1", "--num-workers", "0", "--no-progress-bar", "--log-format", "simple",
+        "fairseq-train",
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--arch",
+        arch,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--max-tokens",
+        "2000",
+        "--max-update",
+        updates,
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--no-progress-bar",
+        "--log-format",
+        "simple",
         *extra,
     )
 
@@ -126,7 +145,7 @@ def parse(output, prefix):
     for line in output.splitlines():
         if line.startswith(prefix + "-"):
             head, *rest = line.split("\t")
-            rows[int(head[len(prefix) + 1:])] = rest[-1] if rest else ""
+            rows[int(head[len(prefix) + 1 :])] = rest[-1] if rest else ""
     return rows
 
 
@@ -134,9 +153,23 @@ def parse(output, prefix):
 def bible(tmp_path_factory):
     out = tmp_path_factory.mktemp("bible")
     subprocess.run(
-        ["bash", "recipes/bible_es_en/prepare.sh", "--out", out, "--vocab", "1000",
-         "--max-train", "2000", "--valid", "60", "--test", "30"],
-        cwd=REPO, check=True, capture_output=True,
+        [
+            "bash",
+            "recipes/bible_es_en/prepare.sh",
+            "--out",
+            out,
+            "--vocab",
+            "1000",
+            "--max-train",
+            "2000",
+            "--valid",
+            "60",
+            "--test",
+            "30",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
         env=dict(os.environ, PYTHON=os.path.join(VENV_BIN, "python")),
     )
     return out
@@ -148,10 +181,27 @@ def word_level(bible, tmp_path_factory):
     out = tmp_path_factory.mktemp("words")
     raw = bible / "raw"
     fairseq(
-        "fairseq-preprocess", "--source-lang", "es", "--target-lang", "en",
-        "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
-        "--nwordssrc", "150", "--nwordstgt", "150", "--destdir", out / "bin", "--workers", "1",
-        "--dataset-impl", "raw",  # --replace-unk reads the original source words
+        "fairseq-preprocess",
+        "--source-lang",
+        "es",
+        "--target-lang",
+        "en",
+        "--trainpref",
+        raw / "train",
+        "--validpref",
+        raw / "valid",
+        "--testpref",
+        raw / "test",
+        "--nwordssrc",
+        "150",
+        "--nwordstgt",
+        "150",
+        "--destdir",
+        out / "bin",
+        "--workers",
+        "1",
+        "--dataset-impl",
+        "raw",  # --replace-unk reads the original source words
     )
     return out
 

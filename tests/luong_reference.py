@@ -199,7 +199,9 @@ def reference_sentence(
     annotations: List[Optional[Tensor]] = [None] * len(tokens)
     read_order = list(range(n + 1))
     if opts.reverse_source:
-        read_order = list(range(n, -1, -1)) if opts.reverse_eos else list(range(n - 1, -1, -1)) + [n]
+        read_order = (
+            list(range(n, -1, -1)) if opts.reverse_eos else list(range(n - 1, -1, -1)) + [n]
+        )
     k = opts.dropout_scale
     for s in read_order:
         hs, cs = encoder.step(k * w.enc_embed[tokens[s]], hs, cs)  # dropout on the input

@@ -40,8 +40,11 @@ def test_heatmap_is_a_real_png(tmp_path):
     rows = parse_generate(OUTPUT)
     row = rows[0]
     path = plot_attention(
-        row.attention, row.source.split() + ["</s>"], row.hypothesis.split() + ["</s>"],
-        str(tmp_path / "a.png"), centers=[0.2, 1.1, 2.0, 3.4, 3.5, 4.0],
+        row.attention,
+        row.source.split() + ["</s>"],
+        row.hypothesis.split() + ["</s>"],
+        str(tmp_path / "a.png"),
+        centers=[0.2, 1.1, 2.0, 3.4, 3.5, 4.0],
     )
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"

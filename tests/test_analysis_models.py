@@ -11,7 +11,6 @@ from test_analysis_tools import loop_merge
 
 from luong_plugin.analysis import curves
 
-
 # ---- on a tiny real-text model (fairseq entry points) ---------------------
 
 
@@ -27,8 +26,15 @@ def tiny(bible, tmp_path_factory):
     root = tmp_path_factory.mktemp("analysis")
     paths = {}
     for name, (arch, *options) in MODELS.items():
-        log = train(bible / "bin", root / name, *options, "--log-interval", "5",
-                    arch=arch, updates=UPDATES[name])
+        log = train(
+            bible / "bin",
+            root / name,
+            *options,
+            "--log-interval",
+            "5",
+            arch=arch,
+            updates=UPDATES[name],
+        )
         (root / name / "train.log").write_text(log)
         paths[name] = root / name / "checkpoint_last.pt"
     return paths
@@ -64,15 +70,32 @@ def test_forced_decoding_reproduces_generate_soft_alignment(bible, tiny, tmp_pat
 
     model = "local-p"
     out = fairseq(
-        "fairseq-generate", bible / "bin", "--user-dir", USER_DIR, "--path", tiny[model],
-        "--beam", "5", "--batch-size", "16", "--max-len-a", "0", "--max-len-b", "12",
-        "--gen-subset", "test", "--print-alignment", "soft", *ALL_SENTENCES,
+        "fairseq-generate",
+        bible / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        tiny[model],
+        "--beam",
+        "5",
+        "--batch-size",
+        "16",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "12",
+        "--gen-subset",
+        "test",
+        "--print-alignment",
+        "soft",
+        *ALL_SENTENCES,
     )
     sources, hyps, soft = parse(out, "S"), parse(out, "H"), parse(out, "A")
     ids = sorted(hyps)
     assert len(ids) == 29
-    printed = {i: np.array([[float(p) for p in row.split(",")] for row in soft[i].split()])
-               for i in ids}
+    printed = {
+        i: np.array([[float(p) for p in row.split(",")] for row in soft[i].split()]) for i in ids
+    }
 
     args = forced_args(tiny[model], bible / "bin")
     models, task, pairs, scheme = load_inputs(
@@ -88,12 +111,21 @@ def test_forced_decoding_reproduces_generate_soft_alignment(bible, tiny, tmp_pat
         for row, center in zip(forced.attention, forced.centers):
             assert (np.abs(np.nonzero(row > 0)[0] - np.floor(center)) <= 3).all()
 
-
     (tmp_path / "src").write_text("".join(sources[i] + "\n" for i in ids))
     (tmp_path / "hyp").write_text("".join(hyps[i] + "\n" for i in ids))
-    fairseq("luong-align", "--path", tiny[model], "--data", bible / "bin",
-            "--source", tmp_path / "src", "--target", tmp_path / "hyp",
-            "--out", tmp_path / "align")
+    fairseq(
+        "luong-align",
+        "--path",
+        tiny[model],
+        "--data",
+        bible / "bin",
+        "--source",
+        tmp_path / "src",
+        "--target",
+        tmp_path / "hyp",
+        "--out",
+        tmp_path / "align",
+    )
     lines = (tmp_path / "align").read_text().splitlines()
     checked = 0
     for i, line in zip(ids, lines):
@@ -115,21 +147,49 @@ def test_forced_decoding_reproduces_generate_soft_alignment(bible, tiny, tmp_pat
 def test_heatmap_of_a_raw_pair_marks_p_t_for_local_p_only(bible, tiny, tmp_path, capsys):
     from luong_plugin.analysis.heatmap import main as heatmap
 
-    pair = ["--source-sentence", "En el principio creó Dios los cielos y la tierra.",
-            "--target-sentence", "In the beginning, God created the heavens and the earth."]
+    pair = [
+        "--source-sentence",
+        "En el principio creó Dios los cielos y la tierra.",
+        "--target-sentence",
+        "In the beginning, God created the heavens and the earth.",
+    ]
     reds = {}
     for model in MODELS:
         png = tmp_path / f"{model}.png"
-        heatmap(["--path", str(tiny[model]), "--data", str(bible / "bin"), "--spm-model",
-                 str(bible / "spm" / "joint.model"), "--words", "--out", str(png), *pair])
+        heatmap(
+            [
+                "--path",
+                str(tiny[model]),
+                "--data",
+                str(bible / "bin"),
+                "--spm-model",
+                str(bible / "spm" / "joint.model"),
+                "--words",
+                "--out",
+                str(png),
+                *pair,
+            ]
+        )
         # 10 source and 10 target words, + EOS each: 0.28 in a word + margins, 100 dpi
         image = assert_png(png, round(100 * (0.28 * 11 + 2.0)), round(100 * (0.28 * 11 + 1.5)))
         rgb = image[..., :3]
         reds[model] = ((rgb[..., 0] > 0.8) & (rgb[..., 1] < 0.3) & (rgb[..., 2] < 0.3)).sum()
     assert reds["local-p"] > 50 and reds["rnnsearch"] == 0
     with pytest.raises(SystemExit):
-        heatmap(["--path", str(tiny["local-p"]), "--data", str(bible / "bin"),
-                 "--gen-subset", "test", "--id", "99", "--out", str(tmp_path / "x.png")])
+        heatmap(
+            [
+                "--path",
+                str(tiny["local-p"]),
+                "--data",
+                str(bible / "bin"),
+                "--gen-subset",
+                "test",
+                "--id",
+                "99",
+                "--out",
+                str(tmp_path / "x.png"),
+            ]
+        )
 
 
 @pytest.mark.slow
@@ -149,22 +209,57 @@ def test_replace_unk_with_the_learned_dictionary(bible, word_level, tmp_path):
     word itself when it has no entry) in place of every <unk>."""
     from luong_plugin.analysis.unk_dict import main as unk_dict
 
-    train(word_level / "bin", tmp_path, "--attention-window", "global", "--dataset-impl", "raw",
-          updates=10)
+    train(
+        word_level / "bin",
+        tmp_path,
+        "--attention-window",
+        "global",
+        "--dataset-impl",
+        "raw",
+        updates=10,
+    )
     checkpoint, dictionary = tmp_path / "checkpoint_last.pt", tmp_path / "unk.dict"
     for lang in ("es", "en"):  # the first 500 training pairs are enough here
         lines = (bible / "raw" / f"train.{lang}").read_text().splitlines()[:500]
         (tmp_path / f"train.{lang}").write_text("\n".join(lines) + "\n")
-    unk_dict(["--path", str(checkpoint), "--data", str(word_level / "bin"),
-              "--source", str(tmp_path / "train.es"), "--target", str(tmp_path / "train.en"),
-              "--out", str(dictionary)])
+    unk_dict(
+        [
+            "--path",
+            str(checkpoint),
+            "--data",
+            str(word_level / "bin"),
+            "--source",
+            str(tmp_path / "train.es"),
+            "--target",
+            str(tmp_path / "train.en"),
+            "--out",
+            str(dictionary),
+        ]
+    )
     entries = dict(line.split() for line in dictionary.read_text().splitlines())
     vocabulary = {line.split()[0] for line in (word_level / "bin" / "dict.es.txt").open()}
     assert sum(word not in vocabulary for word in entries) > 100  # raw words, not <unk>
 
-    args = ["fairseq-generate", word_level / "bin", "--user-dir", USER_DIR, "--path", checkpoint,
-            "--beam", "5", "--batch-size", "16", "--max-len-b", "10", "--gen-subset", "test",
-            "--print-alignment", "--dataset-impl", "raw", *ALL_SENTENCES]
+    args = [
+        "fairseq-generate",
+        word_level / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoint,
+        "--beam",
+        "5",
+        "--batch-size",
+        "16",
+        "--max-len-b",
+        "10",
+        "--gen-subset",
+        "test",
+        "--print-alignment",
+        "--dataset-impl",
+        "raw",
+        *ALL_SENTENCES,
+    ]
     plain_out = fairseq(*args)
     replaced_out = fairseq(*args, "--replace-unk", dictionary)
     plain, replaced = parse(plain_out, "H"), parse(replaced_out, "H")

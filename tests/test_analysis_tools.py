@@ -8,11 +8,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import assert_png
 
 from luong_plugin.analysis import aer, bleu_by_length, curves, words
 from luong_plugin.analysis.unk_dict import build_dictionary
+
 
 def test_every_tool_is_a_console_script_with_help(capsys):
     import importlib
@@ -23,7 +23,13 @@ def test_every_tool_is_a_console_script_with_help(capsys):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
     tools = {
-        "align", "aer", "heatmap", "explore", "bleu_by_length", "curves", "unk_dict",
+        "align",
+        "aer",
+        "heatmap",
+        "explore",
+        "bleu_by_length",
+        "curves",
+        "unk_dict",
         "position_trace",
     }
     assert {target.split(":")[0].rsplit(".", 1)[1] for target in scripts.values()} == tools
@@ -76,16 +82,21 @@ def test_merge_attention_sums_source_pieces_and_averages_target_pieces():
     np.testing.assert_allclose(merged, expected, rtol=0, atol=1e-12)
     np.testing.assert_allclose(merged.sum(axis=1), 1.0)  # still distributions
     with pytest.raises(ValueError, match="expected 5 x 7"):
-        words.merge_attention(matrix[:, :-1], words.word_index(src, "sentencepiece"),
-                              words.word_index(tgt, "sentencepiece"))
+        words.merge_attention(
+            matrix[:, :-1],
+            words.word_index(src, "sentencepiece"),
+            words.word_index(tgt, "sentencepiece"),
+        )
 
 
 def test_hard_alignment_skips_both_eos():
-    word_attention = np.array([
-        [0.1, 0.7, 0.2],  # target 0 -> source 1
-        [0.2, 0.1, 0.7],  # target 1: the EOS column wins but is excluded -> source 0
-        [0.0, 0.0, 1.0],  # target EOS: no link
-    ])
+    word_attention = np.array(
+        [
+            [0.1, 0.7, 0.2],  # target 0 -> source 1
+            [0.2, 0.1, 0.7],  # target 1: the EOS column wins but is excluded -> source 0
+            [0.0, 0.0, 1.0],  # target EOS: no link
+        ]
+    )
     assert words.hard_alignment(word_attention) == [(1, 0), (0, 1)]
     assert words.format_pharaoh([(1, 0), (0, 1)]) == "1-0 0-1"
     assert words.hard_alignment(np.ones((2, 1))) == []  # empty source
@@ -163,7 +174,10 @@ def test_aer_refuses_bad_input(tmp_path):
 def test_buckets_follow_the_edges():
     lengths = [3, 10, 11, 25, 70]
     assert bleu_by_length.buckets(lengths, [10, 20, 30]) == [
-        ("1-10", [0, 1]), ("11-20", [2]), ("21-30", [3]), (">30", [4])
+        ("1-10", [0, 1]),
+        ("11-20", [2]),
+        ("21-30", [3]),
+        (">30", [4]),
     ]
     assert bleu_by_length.buckets([5], [10, 20]) == [("1-10", [0])]  # empty groups left out
     for bad in ("20,10", "0,10", "ten"):
@@ -175,11 +189,19 @@ def test_bleu_by_length_scores_each_group(tmp_path, capsys):
     from sacrebleu.metrics import BLEU
 
     source = ["uno dos", "a b c d e f g h i j k l", "x y z", "p q r s t u v w x y z a b"]
-    reference = ["the cat sat on the mat", "a dog ran in the park today", "it is raining now",
-                 "we will meet again tomorrow at noon"]
+    reference = [
+        "the cat sat on the mat",
+        "a dog ran in the park today",
+        "it is raining now",
+        "we will meet again tomorrow at noon",
+    ]
     perfect = list(reference)
-    mixed = ["the cat sat on a mat", "nothing alike here", "it is raining now",
-             "we meet tomorrow at noon"]
+    mixed = [
+        "the cat sat on a mat",
+        "nothing alike here",
+        "it is raining now",
+        "we meet tomorrow at noon",
+    ]
     groups, table, overall, _ = bleu_by_length.bleu_by_length(
         source, reference, {"perfect": perfect, "mixed": mixed}, [5]
     )
@@ -197,17 +219,35 @@ def test_bleu_by_length_scores_each_group(tmp_path, capsys):
     for name, lines in [("src", source), ("ref", reference), ("a", perfect), ("b", mixed)]:
         (tmp_path / name).write_text("\n".join(lines) + "\n")
     png = tmp_path / "len.png"
-    bleu_by_length.main([f"perfect={tmp_path / 'a'}", str(tmp_path / "b"), "--source",
-                         str(tmp_path / "src"), "--reference", str(tmp_path / "ref"),
-                         "--edges", "5", "--png", str(png)])
+    bleu_by_length.main(
+        [
+            f"perfect={tmp_path / 'a'}",
+            str(tmp_path / "b"),
+            "--source",
+            str(tmp_path / "src"),
+            "--reference",
+            str(tmp_path / "ref"),
+            "--edges",
+            "5",
+            "--png",
+            str(png),
+        ]
+    )
     out = capsys.readouterr().out
     assert "| source words | sentences | perfect |" in out
     assert "| 1-5 | 2 | 100.00 |" in out and "tok:13a" in out
     assert_png(png, 640, 400)
     (tmp_path / "short").write_text("one line\n")
     with pytest.raises(SystemExit):
-        bleu_by_length.main([str(tmp_path / "short"), "--source", str(tmp_path / "src"),
-                             "--reference", str(tmp_path / "ref")])
+        bleu_by_length.main(
+            [
+                str(tmp_path / "short"),
+                "--source",
+                str(tmp_path / "src"),
+                "--reference",
+                str(tmp_path / "ref"),
+            ]
+        )
 
 
 # ---- learning curves -------------------------------------------------------
@@ -265,6 +305,9 @@ def test_unk_dictionary_takes_the_most_frequent_aligned_word():
     ]
     # casa: house 2, home 1; most links first, equal counts in first-seen order
     assert build_dictionary(aligned) == [
-        ("blanca", "white", 2), ("casa", "house", 2), ("la", "the", 1), ("sol", "sun", 1)
+        ("blanca", "white", 2),
+        ("casa", "house", 2),
+        ("la", "the", 1),
+        ("sol", "sun", 1),
     ]
     assert build_dictionary(aligned, min_count=2) == [("blanca", "white", 2), ("casa", "house", 2)]

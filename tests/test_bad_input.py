@@ -53,9 +53,21 @@ def parse(arch, *extra):
 @pytest.mark.parametrize(
     "arch, argv, message",
     [
-        ("luong_tiny", ["--attention-score", "cosine"], "argument --attention-score: invalid choice: 'cosine' (choose from 'dot', 'general', 'concat', 'location')"),
-        ("luong_tiny", ["--attention-window", "local"], "argument --attention-window: invalid choice: 'local' (choose from 'none', 'global', 'local-m', 'local-p')"),
-        ("bahdanau_tiny", ["--attention", "dot"], "argument --attention: invalid choice: 'dot' (choose from 'additive', 'none')"),
+        (
+            "luong_tiny",
+            ["--attention-score", "cosine"],
+            "argument --attention-score: invalid choice: 'cosine' (choose from 'dot', 'general', 'concat', 'location')",
+        ),
+        (
+            "luong_tiny",
+            ["--attention-window", "local"],
+            "argument --attention-window: invalid choice: 'local' (choose from 'none', 'global', 'local-m', 'local-p')",
+        ),
+        (
+            "bahdanau_tiny",
+            ["--attention", "dot"],
+            "argument --attention: invalid choice: 'dot' (choose from 'additive', 'none')",
+        ),
         ("luong_huge", [], "argument --arch/-a: invalid choice: 'luong_huge' (choose from"),
     ],
 )
@@ -71,10 +83,26 @@ def test_unknown_choice_on_the_command_line(arch, argv, message, capsys):
 @pytest.mark.parametrize(
     "arch, overrides, message",
     [
-        ("luong_tiny", dict(attention_score="cosine"), "--attention-score: unknown value 'cosine'; allowed values: concat, dot, general, location"),
-        ("luong_tiny", dict(attention_window="local"), "--attention-window: unknown value 'local'; allowed values: global, local-m, local-p"),
-        ("bahdanau_tiny", dict(attention="dot"), "--attention: unknown value 'dot'; allowed values: additive, none"),
-        ("bahdanau_tiny", dict(readout_state="next"), "--readout-state: unknown value 'next'; allowed values: current, previous"),
+        (
+            "luong_tiny",
+            dict(attention_score="cosine"),
+            "--attention-score: unknown value 'cosine'; allowed values: concat, dot, general, location",
+        ),
+        (
+            "luong_tiny",
+            dict(attention_window="local"),
+            "--attention-window: unknown value 'local'; allowed values: global, local-m, local-p",
+        ),
+        (
+            "bahdanau_tiny",
+            dict(attention="dot"),
+            "--attention: unknown value 'dot'; allowed values: additive, none",
+        ),
+        (
+            "bahdanau_tiny",
+            dict(readout_state="next"),
+            "--readout-state: unknown value 'next'; allowed values: current, previous",
+        ),
     ],
 )
 def test_unknown_choice_past_the_parser(arch, overrides, message):
@@ -125,8 +153,14 @@ def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
     [
         (["--window-size", "0"], "argument --window-size: must be a positive integer, got 0"),
         (["--dropout", "1"], "argument --dropout: must be in [0, 1), got 1.0"),
-        (["--position-lr-scale", "2"], "argument --position-lr-scale: must be in (0, 1] (1: off), got 2.0"),
-        (["--position-logit-bound", "-4"], "argument --position-logit-bound: must be >= 0 (0: off), got -4.0"),
+        (
+            ["--position-lr-scale", "2"],
+            "argument --position-lr-scale: must be in (0, 1] (1: off), got 2.0",
+        ),
+        (
+            ["--position-logit-bound", "-4"],
+            "argument --position-logit-bound: must be >= 0 (0: off), got -4.0",
+        ),
         (["--init-range", "0"], "argument --init-range: must be > 0, got 0.0"),
         (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),
     ],
@@ -205,7 +239,9 @@ def test_local_p_window_far_wider_than_the_source_tends_to_global():
     glob = _with_weights_of(local, attention_window="global")
     src, lens = random_batch(local.encoder.dictionary, [9, 4, 1])
     prev = random_prev_output(local.decoder.dictionary, 3, 6)
-    torch.testing.assert_close(local(src, lens, prev)[0], glob(src, lens, prev)[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        local(src, lens, prev)[0], glob(src, lens, prev)[0], atol=1e-5, rtol=0
+    )
 
 
 # -- source lengths -------------------------------------------------------------------
@@ -262,19 +298,38 @@ def test_a_source_without_any_token_is_refused(arch):
     d = model.encoder.dictionary
     src, lens = random_batch(d, [4, 1])
     src[1] = d.pad()  # not even </s>
-    with pytest.raises(ValueError, match=r"src_tokens rows \[1\] .* hold no token: every source "
-                       "needs at least its end-of-sentence symbol '</s>'"):
+    with pytest.raises(
+        ValueError,
+        match=r"src_tokens rows \[1\] .* hold no token: every source "
+        "needs at least its end-of-sentence symbol '</s>'",
+    ):
         model(src, lens, random_prev_output(model.decoder.dictionary, 2, 3))
 
 
 # -- sizes that cannot fit ----------------------------------------------------------------
 
-LUONG_SIZES = ["encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
-               "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim",
-               "max_source_positions", "max_target_positions"]
-BAHDANAU_SIZES = ["encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
-                  "decoder_hidden_size", "attention_dim", "maxout_dim", "maxout_pool",
-                  "max_source_positions", "max_target_positions"]
+LUONG_SIZES = [
+    "encoder_embed_dim",
+    "encoder_hidden_size",
+    "encoder_layers",
+    "decoder_embed_dim",
+    "decoder_hidden_size",
+    "decoder_layers",
+    "decoder_out_embed_dim",
+    "max_source_positions",
+    "max_target_positions",
+]
+BAHDANAU_SIZES = [
+    "encoder_embed_dim",
+    "encoder_hidden_size",
+    "decoder_embed_dim",
+    "decoder_hidden_size",
+    "attention_dim",
+    "maxout_dim",
+    "maxout_pool",
+    "max_source_positions",
+    "max_target_positions",
+]
 
 
 @pytest.mark.parametrize(
@@ -292,10 +347,19 @@ def test_sizes_must_be_positive(arch, option, value):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(encoder_hidden_size=32), "the decoder starts from the encoder's final states, so --encoder-hidden-size (32) must equal --decoder-hidden-size (24)"),
+        (
+            dict(encoder_hidden_size=32),
+            "the decoder starts from the encoder's final states, so --encoder-hidden-size (32) must equal --decoder-hidden-size (24)",
+        ),
         (dict(decoder_layers=3), "--encoder-layers (2) must equal --decoder-layers (3)"),
-        (dict(share_decoder_input_output_embed=True), "--share-decoder-input-output-embed needs --decoder-out-embed-dim (20) == --decoder-embed-dim (16)"),
-        (dict(attention_window="none", input_feeding=False), "with --attention-window none the output layer reads h_t, so --decoder-out-embed-dim (20) must equal --decoder-hidden-size (24)"),
+        (
+            dict(share_decoder_input_output_embed=True),
+            "--share-decoder-input-output-embed needs --decoder-out-embed-dim (20) == --decoder-embed-dim (16)",
+        ),
+        (
+            dict(attention_window="none", input_feeding=False),
+            "with --attention-window none the output layer reads h_t, so --decoder-out-embed-dim (20) must equal --decoder-hidden-size (24)",
+        ),
     ],
 )
 def test_luong_sizes_that_cannot_fit(overrides, message):
@@ -308,8 +372,11 @@ def test_luong_sizes_that_cannot_fit(overrides, message):
 
 
 def test_dot_score_with_different_sizes():
-    with pytest.raises(OptionError, match="--attention-score dot needs the decoder and encoder "
-                       "hidden sizes to match, got decoder 24 and encoder 32; use 'general'"):
+    with pytest.raises(
+        OptionError,
+        match="--attention-score dot needs the decoder and encoder "
+        "hidden sizes to match, got decoder 24 and encoder 32; use 'general'",
+    ):
         build_score("dot", 24, 32)
 
 
@@ -327,21 +394,48 @@ def mismatch(saved, loading):
 @pytest.mark.parametrize(
     "saved, loading, lines",
     [
-        (dict(attention_window="local-p"), dict(attention_window="global"),
-         ["--attention-window: checkpoint local-p, model global or local-m",
-          "parameters only in the checkpoint: decoder.attention.window.W_p.weight, decoder.attention.window.v_p.weight"]),
-        (dict(attention_window="global"), dict(attention_window="local-p"),
-         ["--attention-window: checkpoint global or local-m, model local-p"]),
-        (dict(attention_score="general"), dict(attention_score="concat"),
-         ["--attention-score: checkpoint general, model concat"]),
-        (dict(attention_score="dot"), dict(attention_score="location"),
-         ["--attention-score: checkpoint dot, model location (--max-source-positions 1024)"]),
-        (dict(encoder_layers=3, decoder_layers=3), dict(),
-         ["--encoder-layers: checkpoint 3, model 2", "--decoder-layers: checkpoint 3, model 2"]),
-        (dict(encoder_hidden_size=32, decoder_hidden_size=32), dict(),
-         ["--encoder-hidden-size: checkpoint 32, model 24", "encoder.lstm.weight_hh_l0: checkpoint [128, 32], model [96, 24]"]),
+        (
+            dict(attention_window="local-p"),
+            dict(attention_window="global"),
+            [
+                "--attention-window: checkpoint local-p, model global or local-m",
+                "parameters only in the checkpoint: decoder.attention.window.W_p.weight, decoder.attention.window.v_p.weight",
+            ],
+        ),
+        (
+            dict(attention_window="global"),
+            dict(attention_window="local-p"),
+            ["--attention-window: checkpoint global or local-m, model local-p"],
+        ),
+        (
+            dict(attention_score="general"),
+            dict(attention_score="concat"),
+            ["--attention-score: checkpoint general, model concat"],
+        ),
+        (
+            dict(attention_score="dot"),
+            dict(attention_score="location"),
+            ["--attention-score: checkpoint dot, model location (--max-source-positions 1024)"],
+        ),
+        (
+            dict(encoder_layers=3, decoder_layers=3),
+            dict(),
+            ["--encoder-layers: checkpoint 3, model 2", "--decoder-layers: checkpoint 3, model 2"],
+        ),
+        (
+            dict(encoder_hidden_size=32, decoder_hidden_size=32),
+            dict(),
+            [
+                "--encoder-hidden-size: checkpoint 32, model 24",
+                "encoder.lstm.weight_hh_l0: checkpoint [128, 32], model [96, 24]",
+            ],
+        ),
         (dict(), dict(input_feeding=False), ["--input-feeding: checkpoint on, model off"]),
-        (dict(n_symbols=30), dict(), ["source dictionary size: checkpoint 34, model 24", "dict.*.txt"]),
+        (
+            dict(n_symbols=30),
+            dict(),
+            ["source dictionary size: checkpoint 34, model 24", "dict.*.txt"],
+        ),
     ],
 )
 def test_luong_checkpoint_of_another_variant_names_the_options(saved, loading, lines):
@@ -354,7 +448,11 @@ def test_luong_checkpoint_of_another_variant_names_the_options(saved, loading, l
 @pytest.mark.parametrize(
     "saved, loading, lines",
     [
-        (dict(attention="additive"), dict(attention="none"), ["--attention: checkpoint additive, model none"]),
+        (
+            dict(attention="additive"),
+            dict(attention="none"),
+            ["--attention: checkpoint additive, model none"],
+        ),
         (dict(maxout_dim=6), dict(), ["--maxout-dim: checkpoint 6, model 12"]),
         (dict(attention_dim=8), dict(), ["--attention-dim: checkpoint 8, model 20"]),
     ],

@@ -72,10 +72,32 @@ MODELS = {
 
 def train(data, save_dir, arch, *extra, updates=3):
     return cli(
-        "train", data, "--user-dir", USER_DIR, "--arch", arch, *extra, "--dataset-impl", "raw",
-        "--optimizer", "adam", "--lr", "0.01", "--max-tokens", "500", "--max-update", updates,
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--num-workers", "0",
-        "--no-progress-bar", "--disable-validation", "--seed", "1",
+        "train",
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--arch",
+        arch,
+        *extra,
+        "--dataset-impl",
+        "raw",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--max-tokens",
+        "500",
+        "--max-update",
+        updates,
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--num-workers",
+        "0",
+        "--no-progress-bar",
+        "--disable-validation",
+        "--seed",
+        "1",
     )
 
 
@@ -91,8 +113,22 @@ def checkpoints(data, tmp_path_factory):
 
 def interactive(data, checkpoint, *extra, stdin):
     return cli(
-        "interactive", data, "--user-dir", USER_DIR, "--path", checkpoint, "--source-lang", "es",
-        "--target-lang", "en", "--beam", "3", "--max-len-b", "6", *extra, stdin=stdin,
+        "interactive",
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoint,
+        "--source-lang",
+        "es",
+        "--target-lang",
+        "en",
+        "--beam",
+        "3",
+        "--max-len-b",
+        "6",
+        *extra,
+        stdin=stdin,
     )
 
 
@@ -106,12 +142,17 @@ def test_interactive_odd_lines(data, checkpoints, model):
     line (allowed by --max-source-positions) all translate, with finite scores;
     unknown words and undecodable bytes read as <unk>."""
     lines = [b"", b"es3", b"", b"zzz es4 \xe6\xbc\xa2\xe5\xad\x97", b"es5 \xff\xfe es6", LONG_LINE]
-    out = interactive(data, checkpoints[model], "--max-source-positions", "3000",
-                      stdin=b"\n".join(lines) + b"\n")
+    out = interactive(
+        data, checkpoints[model], "--max-source-positions", "3000", stdin=b"\n".join(lines) + b"\n"
+    )
     sources, hyps, scores = rows(out, "S"), rows(out, "H"), rows(out, "P")
     assert len(hyps) == len(lines)
     assert [s[1].split() for s in sources[:5]] == [
-        [], ["es3"], [], ["<unk>", "es4", "<unk>"], ["es5", "<unk>", "es6"]
+        [],
+        ["es3"],
+        [],
+        ["<unk>", "es4", "<unk>"],
+        ["es5", "<unk>", "es6"],
     ]
     assert len(sources[5][1].split()) == 2000  # not truncated
     for row in scores:
@@ -124,22 +165,45 @@ def test_source_longer_than_max_source_positions(data, checkpoints, caplog):
     --skip-invalid-size-inputs-valid-test and the limit; the recurrent models set
     no limit of their own, so raising --max-source-positions is enough (the
     location score keeps its own, it has no weights for more positions)."""
-    with pytest.raises(Exception, match=r"Size of sample #0 is invalid \(=\(2001, 0\)\) since "
-                       r"max_positions=\(1024, 1024\), skip this example with "
-                       "--skip-invalid-size-inputs-valid-test, or raise the limit with "
-                       "--max-source-positions"):
+    with pytest.raises(
+        Exception,
+        match=r"Size of sample #0 is invalid \(=\(2001, 0\)\) since "
+        r"max_positions=\(1024, 1024\), skip this example with "
+        "--skip-invalid-size-inputs-valid-test, or raise the limit with "
+        "--max-source-positions",
+    ):
         interactive(data, checkpoints["local-p"], stdin=LONG_LINE + b"\n")
     with pytest.raises(Exception, match=r"max_positions=\(1024, 1024\)"):
-        interactive(data, checkpoints["location"], "--max-source-positions", "3000",
-                    stdin=LONG_LINE + b"\n")
+        interactive(
+            data, checkpoints["location"], "--max-source-positions", "3000", stdin=LONG_LINE + b"\n"
+        )
     # skipping is announced, never silent, and the other lines are translated
-    out = interactive(data, checkpoints["rnnsearch"], "--skip-invalid-size-inputs-valid-test",
-                      stdin=b"es1 es2\n" + LONG_LINE + b"\nes3\n")
+    out = interactive(
+        data,
+        checkpoints["rnnsearch"],
+        "--skip-invalid-size-inputs-valid-test",
+        stdin=b"es1 es2\n" + LONG_LINE + b"\nes3\n",
+    )
     assert [row[0] for row in rows(out, "H")] == ["H-0", "H-2"]
     assert "1 samples have invalid sizes and will be skipped" in caplog.text
-    generate = ("generate", data, "--user-dir", USER_DIR, "--path", checkpoints["global"],
-                "--dataset-impl", "raw", "--gen-subset", "test", "--beam", "2",
-                "--max-len-b", "4", "--required-batch-size-multiple", "1")
+    generate = (
+        "generate",
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoints["global"],
+        "--dataset-impl",
+        "raw",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "2",
+        "--max-len-b",
+        "4",
+        "--required-batch-size-multiple",
+        "1",
+    )
     with pytest.raises(Exception, match="skip this example with --skip-invalid-size-inputs"):
         cli(*generate, "--max-source-positions", "5")
     assert len(rows(cli(*generate, "--max-source-positions", "50"), "H")) == 8
@@ -159,14 +223,42 @@ def test_invalid_utf8_under_strict_decoding_names_the_byte(data, checkpoints, tm
 @pytest.mark.slow
 def test_generate_with_overrides_the_checkpoint_cannot_take(data, checkpoints):
     with pytest.raises(CheckpointMismatchError) as err:
-        cli("generate", data, "--user-dir", USER_DIR, "--path", checkpoints["local-p"],
-            "--dataset-impl", "raw", "--gen-subset", "test", "--required-batch-size-multiple", "1",
-            "--model-overrides", "{'attention_window': 'global'}")
+        cli(
+            "generate",
+            data,
+            "--user-dir",
+            USER_DIR,
+            "--path",
+            checkpoints["local-p"],
+            "--dataset-impl",
+            "raw",
+            "--gen-subset",
+            "test",
+            "--required-batch-size-multiple",
+            "1",
+            "--model-overrides",
+            "{'attention_window': 'global'}",
+        )
     assert "--attention-window: checkpoint local-p, model global or local-m" in str(err.value)
     # an override that keeps the parameters is the user's to make: it loads and decodes
-    out = cli("generate", data, "--user-dir", USER_DIR, "--path", checkpoints["global"],
-              "--dataset-impl", "raw", "--gen-subset", "test", "--required-batch-size-multiple",
-              "1", "--max-len-b", "4", "--model-overrides", "{'attention_window': 'local-m'}")
+    out = cli(
+        "generate",
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoints["global"],
+        "--dataset-impl",
+        "raw",
+        "--gen-subset",
+        "test",
+        "--required-batch-size-multiple",
+        "1",
+        "--max-len-b",
+        "4",
+        "--model-overrides",
+        "{'attention_window': 'local-m'}",
+    )
     assert len(rows(out, "H")) == 8
 
 

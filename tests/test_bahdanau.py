@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from bahdanau_reference import reference
 from conftest import (
     REPO,
     TinyTask,
@@ -19,8 +20,6 @@ from conftest import (
 from fairseq import options
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from torch.testing import assert_close
-
-from bahdanau_reference import reference
 
 from luong_plugin.models import bahdanau
 from luong_plugin.modules.maxout import Maxout
@@ -55,9 +54,7 @@ def test_matches_appendix_a_reference(variant, left_pad):
     logits, extra = model(src, lengths, prev)
     for b in range(3):
         real = src[b].ne(pad)  # S
-        ref_logits, ref_alpha = reference(
-            model, src[b][real], prev[b], variant["readout_state"]
-        )
+        ref_logits, ref_alpha = reference(model, src[b][real], prev[b], variant["readout_state"])
         assert_close(logits[b], ref_logits, atol=1e-5, rtol=0)
         if ref_alpha is None:
             assert extra["attn"][0] is None
@@ -98,9 +95,7 @@ def test_attention_reads_previous_state_and_context_enters_gru():
 
 
 def decode_incrementally(model, enc, prev, state, steps):
-    outs = [
-        model.decoder(prev[:, : t + 1], enc, incremental_state=state) for t in steps
-    ]
+    outs = [model.decoder(prev[:, : t + 1], enc, incremental_state=state) for t in steps]
     logits = torch.cat([out[0] for out in outs], dim=1)  # B x T x V
     attn = outs[0][1]["attn"][0]
     if attn is not None:
@@ -220,9 +215,7 @@ def test_init_follows_appendix_b():
         elif not name.endswith(("U.weight", "U_zr.weight")):
             if name.endswith("embed_tokens.weight"):
                 assert param[enc.padding_idx].abs().sum() == 0, name
-                param = torch.cat(
-                    [param[: enc.padding_idx], param[enc.padding_idx + 1 :]]
-                )
+                param = torch.cat([param[: enc.padding_idx], param[enc.padding_idx + 1 :]])
             assert abs(param.std().item() - 0.01) < 1e-3, name
             assert abs(param.mean().item()) < 1e-3, name
 

@@ -28,7 +28,9 @@ def fake_demo(scores):
 
     def call(cmd, env, cwd, stdout):
         assert cmd == ["bash", budget.DEMO] and cwd == budget.REPO
-        seen.append({k: env.get(k) for k in ("RUN", "SEED", "MINUTES", "PEER", "PRECISION", "EXPLORE")})
+        seen.append(
+            {k: env.get(k) for k in ("RUN", "SEED", "MINUTES", "PEER", "PRECISION", "EXPLORE")}
+        )
         os.makedirs(env["RUN"], exist_ok=True)
         with open(os.path.join(env["RUN"], "train.log"), "w") as f:
             f.write(LOG)
@@ -134,8 +136,9 @@ def test_demo_sh_trains_what_its_environment_says():
 
 
 def test_demo_sh_picks_bf16_only_where_the_hardware_has_it():
-    from luong_plugin.modules.precision import cpu_has_native_bf16
     import torch
+
+    from luong_plugin.modules.precision import cpu_has_native_bf16
 
     env = dict(os.environ)
     env.pop("PRECISION", None)

@@ -27,7 +27,19 @@ def fairseq_like_state():
         "cfg": {"model": {"_name": "luong", "dropout": 0.2}},
         "model": {"w": torch.ones(2, 2)},
         "extra_state": {
-            "metrics": {"valid": [("_bleu_counts_0", "AverageMeter", 0, {"val": np.array([3, 1, 0, 0]), "sum": np.array([6, 2, 0, 0], dtype=np.int64)})]},
+            "metrics": {
+                "valid": [
+                    (
+                        "_bleu_counts_0",
+                        "AverageMeter",
+                        0,
+                        {
+                            "val": np.array([3, 1, 0, 0]),
+                            "sum": np.array([6, 2, 0, 0], dtype=np.int64),
+                        },
+                    )
+                ]
+            },
             "best": np.float64(12.5),
             "ratio": np.float32(0.5),
         },

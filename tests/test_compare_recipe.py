@@ -5,7 +5,6 @@ import importlib.util
 import os
 
 import pytest
-
 from conftest import REPO
 
 SPEC = importlib.util.spec_from_file_location(

@@ -31,17 +31,36 @@ MODELS = {  # name: (training options, has attention weights)
     "Luong local-p": ([*LUONG, "--attention-window", "local-p"], True),
     "Luong local-m": ([*LUONG, "--attention-window", "local-m"], True),
     "Luong Base": (
-        [*LUONG, "--attention-window", "none", "--no-input-feeding", "--decoder-out-embed-dim", "24"],
+        [
+            *LUONG,
+            "--attention-window",
+            "none",
+            "--no-input-feeding",
+            "--decoder-out-embed-dim",
+            "24",
+        ],
         False,
     ),
     "Luong global, source not reversed": (
-        [*LUONG, "--attention-window", "global", "--no-reverse-source"], True,
+        [*LUONG, "--attention-window", "global", "--no-reverse-source"],
+        True,
     ),
     "RNNsearch": (BAHDANAU, True),
     "RNNencdec": ([*BAHDANAU, "--attention", "none", "--readout-state", "current"], False),
     "fairseq lstm": (
-        ["--arch", "lstm", *TINY, "--encoder-hidden-size", "24", "--decoder-hidden-size", "24",
-         "--decoder-out-embed-dim", "16", "--dropout", "0.2"],
+        [
+            "--arch",
+            "lstm",
+            *TINY,
+            "--encoder-hidden-size",
+            "24",
+            "--decoder-hidden-size",
+            "24",
+            "--decoder-out-embed-dim",
+            "16",
+            "--dropout",
+            "0.2",
+        ],
         True,
     ),
 }
@@ -61,14 +80,46 @@ def record(feature, model, outcome="works"):
 
 def fairseq_train(data, save_dir, options, *extra):
     return [
-        os.path.join(VENV_BIN, "fairseq-train"), data, "--user-dir", USER_DIR, *options,
-        "--optimizer", "adam", "--lr", "0.01", "--max-tokens", "1000", "--update-freq", "2",
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--seed", "1", "--num-workers", "0",
-        "--no-progress-bar", "--log-format", "simple", "--log-interval", "1",
-        "--eval-bleu", "--eval-bleu-detok", "space", "--eval-bleu-remove-bpe", "sentencepiece",
-        "--eval-bleu-args", '{"beam": 1, "max_len_b": 8}', "--best-checkpoint-metric", "bleu",
-        "--maximize-best-checkpoint-metric", "--validate-interval-updates", str(UPDATES),
-        "--max-valid-steps", "1", *extra,
+        os.path.join(VENV_BIN, "fairseq-train"),
+        data,
+        "--user-dir",
+        USER_DIR,
+        *options,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--max-tokens",
+        "1000",
+        "--update-freq",
+        "2",
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--no-progress-bar",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "1",
+        "--eval-bleu",
+        "--eval-bleu-detok",
+        "space",
+        "--eval-bleu-remove-bpe",
+        "sentencepiece",
+        "--eval-bleu-args",
+        '{"beam": 1, "max_len_b": 8}',
+        "--best-checkpoint-metric",
+        "bleu",
+        "--maximize-best-checkpoint-metric",
+        "--validate-interval-updates",
+        str(UPDATES),
+        "--max-valid-steps",
+        "1",
+        *extra,
     ]
 
 
@@ -77,9 +128,20 @@ def run_parallel(commands, jobs=2):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     outputs, running = [None] * len(commands), []
     for i, cmd in enumerate(commands):
-        running.append((i, cmd, subprocess.Popen(
-            [str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, env=env, cwd=REPO)))
+        running.append(
+            (
+                i,
+                cmd,
+                subprocess.Popen(
+                    [str(c) for c in cmd],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=env,
+                    cwd=REPO,
+                ),
+            )
+        )
         if len(running) == jobs or i == len(commands) - 1:
             for j, command, proc in running:
                 out = proc.communicate()[0]
@@ -94,17 +156,20 @@ def trained(bible, tmp_path_factory):
     """name -> (checkpoint, first run's log, resumed run's log)."""
     root = tmp_path_factory.mktemp("compat")
     data = bible / "bin"
-    first = run_parallel([
-        fairseq_train(data, root / str(i), MODELS[n][0], "--max-update", UPDATES)
-        for i, n in enumerate(NAMES)
-    ])
-    resumed = run_parallel([
-        fairseq_train(data, root / str(i), MODELS[n][0], "--max-update", UPDATES + 2)
-        for i, n in enumerate(NAMES)
-    ])
+    first = run_parallel(
+        [
+            fairseq_train(data, root / str(i), MODELS[n][0], "--max-update", UPDATES)
+            for i, n in enumerate(NAMES)
+        ]
+    )
+    resumed = run_parallel(
+        [
+            fairseq_train(data, root / str(i), MODELS[n][0], "--max-update", UPDATES + 2)
+            for i, n in enumerate(NAMES)
+        ]
+    )
     return {
-        n: (root / str(i) / "checkpoint_last.pt", first[i], resumed[i])
-        for i, n in enumerate(NAMES)
+        n: (root / str(i) / "checkpoint_last.pt", first[i], resumed[i]) for i, n in enumerate(NAMES)
     }
 
 
@@ -126,15 +191,20 @@ def cli(tool, *argv):
             parser = options.get_validation_parser()
             args = options.parse_args_and_arch(parser, argv)
             override_parser = options.get_validation_parser()
-            override_args = options.parse_args_and_arch(override_parser, argv, suppress_defaults=True)
+            override_args = options.parse_args_and_arch(
+                override_parser, argv, suppress_defaults=True
+            )
             try:
                 validate.main(args, override_args)
             finally:
                 progress_logger.removeHandler(handler)
         else:
             module = generate if tool == "generate" else interactive
-            parser = (options.get_interactive_generation_parser() if tool == "interactive"
-                      else options.get_generation_parser())
+            parser = (
+                options.get_interactive_generation_parser()
+                if tool == "interactive"
+                else options.get_generation_parser()
+            )
             module.main(options.parse_args_and_arch(parser, argv))
     return out.getvalue()
 
@@ -142,9 +212,24 @@ def cli(tool, *argv):
 def gen(bible, trained, name, *extra, path=None):
     path = path or trained[name][0]
     return cli(
-        "generate", bible / "bin", "--user-dir", USER_DIR, "--path", path, "--beam", "5",
-        "--max-len-a", "0", "--max-len-b", "12", "--batch-size", "8", *ALL_SENTENCES,
-        "--seed", "1", *extra,
+        "generate",
+        bible / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        path,
+        "--beam",
+        "5",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "12",
+        "--batch-size",
+        "8",
+        *ALL_SENTENCES,
+        "--seed",
+        "1",
+        *extra,
     )
 
 
@@ -159,7 +244,11 @@ def hypotheses(output):
 
 
 def positional_scores(output):
-    return {line.split("\t")[0]: line.split("\t")[1] for line in output.splitlines() if line.startswith("P-")}
+    return {
+        line.split("\t")[0]: line.split("\t")[1]
+        for line in output.splitlines()
+        if line.startswith("P-")
+    }
 
 
 def n_test(bible):
@@ -167,6 +256,7 @@ def n_test(bible):
 
 
 # ---- training: --update-freq, --eval-bleu, resume --------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_training_update_freq_eval_bleu_and_resume(trained, name):
@@ -180,6 +270,7 @@ def test_training_update_freq_eval_bleu_and_resume(trained, name):
 
 
 # ---- fairseq-generate --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_beam_and_nbest(bible, trained, name):
@@ -204,7 +295,9 @@ def test_sampling_depends_on_the_seed(bible, trained, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_diverse_beam_search(bible, trained, name):
-    rows = hypotheses(gen(bible, trained, name, "--beam", "4", "--diverse-beam-groups", "2", "--nbest", "4"))
+    rows = hypotheses(
+        gen(bible, trained, name, "--beam", "4", "--diverse-beam-groups", "2", "--nbest", "4")
+    )
     assert sorted(rows) == list(range(n_test(bible))) and all(len(h) == 4 for h in rows.values())
     record("--diverse-beam-groups", name)
 
@@ -289,6 +382,7 @@ def test_ensemble_of_a_model_with_itself_equals_the_model(bible, trained, name):
 
 # ---- fairseq-interactive, fairseq-validate ----------------------------------------
 
+
 @pytest.mark.parametrize("name", NAMES)
 def test_interactive_buffer_size_and_constraints(bible, trained, name, tmp_path):
     sources = (bible / "spm" / "test.es").read_text().splitlines()[:5]
@@ -296,9 +390,29 @@ def test_interactive_buffer_size_and_constraints(bible, trained, name, tmp_path)
     inputs = tmp_path / "input.txt"
     inputs.write_text("".join(f"{s}\t{constraint}\n" for s in sources))
     out = cli(
-        "interactive", bible / "bin", "--user-dir", USER_DIR, "--path", trained[name][0],
-        "--beam", "5", "--max-len-a", "0", "--max-len-b", "12", "--buffer-size", "3",
-        "--batch-size", "3", "--constraints", "--input", inputs, "-s", "es", "-t", "en",
+        "interactive",
+        bible / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        trained[name][0],
+        "--beam",
+        "5",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "12",
+        "--buffer-size",
+        "3",
+        "--batch-size",
+        "3",
+        "--constraints",
+        "--input",
+        inputs,
+        "-s",
+        "es",
+        "-t",
+        "en",
     )
     hyps = parse(out, "H")
     assert sorted(hyps) == list(range(5))
@@ -308,14 +422,28 @@ def test_interactive_buffer_size_and_constraints(bible, trained, name, tmp_path)
 
 @pytest.mark.parametrize("name", NAMES)
 def test_validate(bible, trained, name):
-    out = cli("validate", bible / "bin", "--task", "translation", "--user-dir", USER_DIR,
-              "--path", trained[name][0], "--valid-subset", "valid", "--max-tokens", "2000",
-              "--log-format", "simple")
+    out = cli(
+        "validate",
+        bible / "bin",
+        "--task",
+        "translation",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        trained[name][0],
+        "--valid-subset",
+        "valid",
+        "--max-tokens",
+        "2000",
+        "--log-format",
+        "simple",
+    )
     assert re.search(r"valid on 'valid' subset \| loss \d", out), out[-2000:]
     record("fairseq-validate", name)
 
 
 # ---- the hub --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_hub_translate_sample_generate(bible, trained, name):
@@ -323,16 +451,23 @@ def test_hub_translate_sample_generate(bible, trained, name):
 
     path = trained[name][0]
     hub = BaseFairseqModel.from_pretrained(
-        str(path.parent), checkpoint_file=path.name, data_name_or_path=str(bible / "bin"),
-        user_dir=USER_DIR, bpe="sentencepiece",
-        sentencepiece_model=str(bible / "spm" / "joint.model"), source_lang="es", target_lang="en",
+        str(path.parent),
+        checkpoint_file=path.name,
+        data_name_or_path=str(bible / "bin"),
+        user_dir=USER_DIR,
+        bpe="sentencepiece",
+        sentencepiece_model=str(bible / "spm" / "joint.model"),
+        source_lang="es",
+        target_lang="en",
     )
     hub.eval()
     sentence = (bible / "raw" / "test.es").read_text().splitlines()[0]
     text = hub.translate(sentence, beam=5, max_len_a=0, max_len_b=12)
     assert isinstance(text, str) and "▁" not in text
     torch.manual_seed(1)
-    sampled = hub.sample([sentence, sentence], sampling=True, sampling_topk=20, beam=1, max_len_b=12)
+    sampled = hub.sample(
+        [sentence, sentence], sampling=True, sampling_topk=20, beam=1, max_len_b=12
+    )
     assert len(sampled) == 2
     generated = hub.generate([hub.encode(sentence)], beam=5, max_len_a=0, max_len_b=12)[0]
     assert len(generated) == 5  # the whole beam, best first
@@ -341,6 +476,7 @@ def test_hub_translate_sample_generate(bible, trained, name):
 
 
 # ---- the table -------------------------------------------------------------------------
+
 
 def render() -> str:
     lines = [
@@ -364,7 +500,9 @@ def render() -> str:
         "|---|" + "---|" * len(NAMES),
     ]
     for feature, by_model in OUTCOMES.items():
-        lines.append(f"| {feature} | " + " | ".join(by_model.get(n, "not run") for n in NAMES) + " |")
+        lines.append(
+            f"| {feature} | " + " | ".join(by_model.get(n, "not run") for n in NAMES) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -378,4 +516,6 @@ def test_table_in_docs_is_the_suites():
         with open(path, "w") as f:
             f.write(table)
     with open(path) as f:
-        assert f.read() == table, "docs/COMPATIBILITY.md is stale: LUONG_WRITE_DOCS=1 pytest tests/test_compatibility.py"
+        assert (
+            f.read() == table
+        ), "docs/COMPATIBILITY.md is stale: LUONG_WRITE_DOCS=1 pytest tests/test_compatibility.py"

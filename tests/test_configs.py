@@ -58,8 +58,9 @@ def compose():
 @pytest.mark.parametrize("path", CONFIGS, ids=arch_of)
 def test_config_composes_and_builds_like_the_cli_arch(path, compose):
     """The hydra config and `--arch NAME` on the command line give the same model."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, build_model
     import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, build_model
 
     arch = arch_of(path)
     cfg = compose(arch)
@@ -98,11 +99,23 @@ def test_luong_sgd_schedule_halves_after_epoch_5_and_8():
 
 # WMT-size models shrunk to test size; everything else (optimizer, schedule, task) as written
 TINY_MODEL = {
-    "luong": {"encoder_embed_dim": 16, "encoder_hidden_size": 24, "encoder_layers": 2,
-              "decoder_embed_dim": 16, "decoder_hidden_size": 24, "decoder_layers": 2,
-              "decoder_out_embed_dim": 24},
-    "bahdanau": {"encoder_embed_dim": 16, "encoder_hidden_size": 24, "decoder_embed_dim": 16,
-                 "decoder_hidden_size": 24, "attention_dim": 20, "maxout_dim": 12},
+    "luong": {
+        "encoder_embed_dim": 16,
+        "encoder_hidden_size": 24,
+        "encoder_layers": 2,
+        "decoder_embed_dim": 16,
+        "decoder_hidden_size": 24,
+        "decoder_layers": 2,
+        "decoder_out_embed_dim": 24,
+    },
+    "bahdanau": {
+        "encoder_embed_dim": 16,
+        "encoder_hidden_size": 24,
+        "decoder_embed_dim": 16,
+        "decoder_hidden_size": 24,
+        "attention_dim": 20,
+        "maxout_dim": 12,
+    },
 }
 
 
@@ -111,15 +124,28 @@ def hydra_train(path, data, save_dir):
 
     with open(path) as f:
         model_name = yaml.safe_load(f)["model"]["_name"]
-    shrink = [] if arch_of(path).endswith("_tiny") else [
-        f"model.{k}={v}" for k, v in TINY_MODEL[model_name].items()
-    ]
+    shrink = (
+        []
+        if arch_of(path).endswith("_tiny")
+        else [f"model.{k}={v}" for k, v in TINY_MODEL[model_name].items()]
+    )
     return [
-        os.path.join(VENV_BIN, "fairseq-hydra-train"), "--config-dir", CONFIG_DIR,
-        "--config-name", arch_of(path), f"task.data={data}", "task.source_lang=es",
-        "task.target_lang=en", f"common.user_dir={USER_DIR}", "optimization.max_update=2",
-        "dataset.batch_size=16", "dataset.num_workers=0", "dataset.disable_validation=true",
-        "checkpoint.no_save=true", f"checkpoint.save_dir={save_dir}", f"hydra.run.dir={save_dir}",
+        os.path.join(VENV_BIN, "fairseq-hydra-train"),
+        "--config-dir",
+        CONFIG_DIR,
+        "--config-name",
+        arch_of(path),
+        f"task.data={data}",
+        "task.source_lang=es",
+        "task.target_lang=en",
+        f"common.user_dir={USER_DIR}",
+        "optimization.max_update=2",
+        "dataset.batch_size=16",
+        "dataset.num_workers=0",
+        "dataset.disable_validation=true",
+        "checkpoint.no_save=true",
+        f"checkpoint.save_dir={save_dir}",
+        f"hydra.run.dir={save_dir}",
         *shrink,
     ]
 
@@ -130,6 +156,6 @@ def test_every_config_trains_two_updates_through_fairseq_hydra_train(bible, tmp_
 
     logs = run_parallel([hydra_train(p, bible / "bin", tmp_path / arch_of(p)) for p in CONFIGS])
     for path, log in zip(CONFIGS, logs):
-        assert "num_updates 2 " in log or "num_updates=2," in log or "| num_updates 2" in log, (
-            f"{arch_of(path)}\n{log[-2000:]}"
-        )
+        assert (
+            "num_updates 2 " in log or "num_updates=2," in log or "| num_updates 2" in log
+        ), f"{arch_of(path)}\n{log[-2000:]}"

@@ -40,10 +40,7 @@ def test_section_headings_dropped_canonical_titles_kept():
         '<lg sID="a"/> <l level="1" sID="b"/>Yahweh, how<l eID="b" level="1"/>'
         '<l level="2" sID="c"/>many<lb type="x-p"/>rise<l eID="c" level="2"/>'
     )
-    assert (
-        bible.clean_osis(raw)
-        == "In the beginning A Psalm by David. Yahweh, how many rise"
-    )
+    assert bible.clean_osis(raw) == "In the beginning A Psalm by David. Yahweh, how many rise"
 
 
 def test_entities_unescaped_after_tags_are_gone():
@@ -64,8 +61,7 @@ def test_speaker_labels_dropped_and_quotes_split_from_next_word():
     [
         # RV1909 puts supplied words flush against their neighbours
         (
-            'hay <w>allí</w><transChange type="added">también</transChange>'
-            "<w>bdelio</w> y",
+            'hay <w>allí</w><transChange type="added">también</transChange>' "<w>bdelio</w> y",
             "hay allí también bdelio y",
         ),
         (
@@ -314,9 +310,7 @@ def test_cli_names_the_debian_packages_when_modules_are_missing(tmp_path):
 def test_cli_writes_parallel_files_and_refs(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bible, "modules_present", lambda sword_dir: True)
     monkeypatch.setattr(bible, "extract_pairs", lambda *a, **k: _synthetic_pairs())
-    bible.main(
-        ["--out", str(tmp_path), "--valid", "100", "--test", "80", "--max-train", "300"]
-    )
+    bible.main(["--out", str(tmp_path), "--valid", "100", "--test", "80", "--max-train", "300"])
     lines = {
         name: (tmp_path / name).read_text(encoding="utf-8").splitlines()
         for name in os.listdir(tmp_path)
@@ -396,9 +390,7 @@ def test_real_text_is_clean(real_pairs):
         "The grace of the Lord Jesus Christ be with all the saints. Amen."
     )
     assert by_ref["Exod.1.1"][0].startswith("Estos son los nombres")
-    assert (
-        by_ref["Ps.23.1"][0] == "Salmo de David. Jehová es mi pastor; nada me faltará."
-    )
+    assert by_ref["Ps.23.1"][0] == "Salmo de David. Jehová es mi pastor; nada me faltará."
     for ref, es, en in pairs:
         for text in (es, en):
             assert text == text.strip() and "  " not in text, ref

@@ -25,8 +25,7 @@ import subprocess
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import REPO, VENV_BIN, build, random_batch, random_prev_output
-from conftest import USER_DIR
+from conftest import REPO, USER_DIR, VENV_BIN, build, random_batch, random_prev_output
 from test_resume import load, max_difference, train_meters
 
 from luong_plugin.modules.scores import SCORES
@@ -48,18 +47,53 @@ def free_port():
 
 def train_args(data, save_dir, *extra):
     return [
-        "fairseq-train", data, "--user-dir", USER_DIR, *extra, "--dropout", "0", "--cpu",
-        "--optimizer", "adam", "--lr", "0.01", "--max-tokens", "1000", "--max-update", UPDATES,
-        "--disable-validation", "--no-epoch-checkpoints", "--save-dir", save_dir, "--seed", "1",
-        "--num-workers", "0", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
+        "fairseq-train",
+        data,
+        "--user-dir",
+        USER_DIR,
+        *extra,
+        "--dropout",
+        "0",
+        "--cpu",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        UPDATES,
+        "--disable-validation",
+        "--no-epoch-checkpoints",
+        "--save-dir",
+        save_dir,
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--no-progress-bar",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
     ]
 
 
 def rank_args(rank, port):
     return [
-        "--ddp-backend", "legacy_ddp", "--distributed-backend", "gloo",
-        "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", "2",
-        "--distributed-rank", rank, "--distributed-no-spawn", "--device-id", "0",
+        "--ddp-backend",
+        "legacy_ddp",
+        "--distributed-backend",
+        "gloo",
+        "--distributed-init-method",
+        f"tcp://127.0.0.1:{port}",
+        "--distributed-world-size",
+        "2",
+        "--distributed-rank",
+        rank,
+        "--distributed-no-spawn",
+        "--device-id",
+        "0",
     ]
 
 
@@ -74,8 +108,11 @@ def run_together(log_dir, *commands):
         with open(paths[-1], "w") as log:
             procs.append(
                 subprocess.Popen(
-                    [os.path.join(VENV_BIN, cmd[0]), *map(str, cmd[1:])], stdout=log,
-                    stderr=subprocess.STDOUT, env=ENV, cwd=REPO,
+                    [os.path.join(VENV_BIN, cmd[0]), *map(str, cmd[1:])],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=ENV,
+                    cwd=REPO,
                 )
             )
     try:

@@ -10,7 +10,6 @@ dropout between stacked layers (not part of the placement) is off on both sides.
 import pytest
 import torch
 import torch.nn as nn
-
 from conftest import build, random_batch, random_prev_output, spread_parameters
 from luong_reference import Options, reference_batch
 
@@ -115,7 +114,11 @@ def test_checkpoint_from_before_the_options_decodes_as_trained():
         assert torch.equal(loaded(src, lengths, prev)[0], expected)
 
     current = build("luong_tiny", attention_window="local-p")
-    current.load_state_dict(trained.state_dict(), model_cfg=OmegaConf.create(
-        {"_name": "luong_tiny", "attention_window": "local-p", "attend_source_eos": False}))
+    current.load_state_dict(
+        trained.state_dict(),
+        model_cfg=OmegaConf.create(
+            {"_name": "luong_tiny", "attention_window": "local-p", "attend_source_eos": False}
+        ),
+    )
     with torch.no_grad():
         assert not torch.allclose(current(src, lengths, prev)[0], expected)

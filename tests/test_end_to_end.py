@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 from conftest import ALL_SENTENCES, REPO, USER_DIR, fairseq, parse, train  # noqa: F401
+
 from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 
 pytestmark = pytest.mark.slow
@@ -30,18 +31,44 @@ def checkpoints(bible, tmp_path_factory):
 def generate(bible, path, *extra, batch_size=16):
     # a fixed length cap (a=0): the cap must not depend on the batch's longest source
     return fairseq(
-        "fairseq-generate", bible / "bin", "--user-dir", USER_DIR, "--path", path,
-        "--beam", "5", "--batch-size", batch_size, "--max-len-a", "0", "--max-len-b", "12",
-        "--gen-subset", "test", *ALL_SENTENCES, *extra,
+        "fairseq-generate",
+        bible / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        path,
+        "--beam",
+        "5",
+        "--batch-size",
+        batch_size,
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "12",
+        "--gen-subset",
+        "test",
+        *ALL_SENTENCES,
+        *extra,
     )
 
 
 def test_generate_without_the_flag_loses_sentences(bible, checkpoints):
     """Documents the fairseq behaviour ALL_SENTENCES works around."""
     out = fairseq(
-        "fairseq-generate", bible / "bin", "--user-dir", USER_DIR, "--path",
-        checkpoints["global"], "--beam", "1", "--batch-size", "16", "--max-len-b", "2",
-        "--gen-subset", "test",
+        "fairseq-generate",
+        bible / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoints["global"],
+        "--beam",
+        "1",
+        "--batch-size",
+        "16",
+        "--max-len-b",
+        "2",
+        "--gen-subset",
+        "test",
     )
     assert len(parse(out, "H")) < 29
 
@@ -97,17 +124,34 @@ def test_ensemble_of_two_models_decodes(bible, checkpoints):
 def test_interactive(bible, checkpoints):
     lines = (bible / "spm" / "test.es").read_text().splitlines()[:3]
     out = fairseq(
-        "fairseq-interactive", bible / "bin", "--user-dir", USER_DIR, "--path",
-        checkpoints["local-p"], "--source-lang", "es", "--target-lang", "en",
-        "--beam", "5", "--max-len-b", "20", input="\n".join(lines) + "\n",
+        "fairseq-interactive",
+        bible / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoints["local-p"],
+        "--source-lang",
+        "es",
+        "--target-lang",
+        "en",
+        "--beam",
+        "5",
+        "--max-len-b",
+        "20",
+        input="\n".join(lines) + "\n",
     )
     assert len(parse(out, "H")) == 3
 
 
 def test_restore_file_resumes_training(bible, checkpoints, tmp_path):
     log = train(
-        bible / "bin", tmp_path, "--attention-window", "local-p",
-        "--restore-file", checkpoints["local-p"], updates=35,
+        bible / "bin",
+        tmp_path,
+        "--attention-window",
+        "local-p",
+        "--restore-file",
+        checkpoints["local-p"],
+        updates=35,
     )
     assert "Loaded checkpoint" in log
     assert re.search(r"num_updates 35\b", log)
@@ -115,10 +159,19 @@ def test_restore_file_resumes_training(bible, checkpoints, tmp_path):
 
 def test_hydra_train_checkpoint_generates_and_resumes(bible, tmp_path):
     fairseq(
-        "fairseq-hydra-train", "--config-dir", os.path.join(REPO, "configs"),
-        "--config-name", "luong_tiny", f"task.data={bible / 'bin'}", "task.source_lang=es",
-        "task.target_lang=en", f"common.user_dir={USER_DIR}", "optimization.max_update=10",
-        "optimization.max_epoch=1", "dataset.num_workers=0", f"checkpoint.save_dir={tmp_path}",
+        "fairseq-hydra-train",
+        "--config-dir",
+        os.path.join(REPO, "configs"),
+        "--config-name",
+        "luong_tiny",
+        f"task.data={bible / 'bin'}",
+        "task.source_lang=es",
+        "task.target_lang=en",
+        f"common.user_dir={USER_DIR}",
+        "optimization.max_update=10",
+        "optimization.max_epoch=1",
+        "dataset.num_workers=0",
+        f"checkpoint.save_dir={tmp_path}",
         f"hydra.run.dir={tmp_path}",
     )
     checkpoint = tmp_path / "checkpoint_last.pt"
@@ -126,12 +179,27 @@ def test_hydra_train_checkpoint_generates_and_resumes(bible, tmp_path):
     assert len(parse(out, "H")) == 29
     line = (bible / "spm" / "test.es").read_text().splitlines()[0]
     out = fairseq(
-        "fairseq-interactive", bible / "bin", "--user-dir", USER_DIR, "--path", checkpoint,
-        "--source-lang", "es", "--target-lang", "en", "--max-len-b", "5", input=line + "\n",
+        "fairseq-interactive",
+        bible / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoint,
+        "--source-lang",
+        "es",
+        "--target-lang",
+        "en",
+        "--max-len-b",
+        "5",
+        input=line + "\n",
     )
     assert len(parse(out, "H")) == 1
     log = train(  # the config trained with SGD, this run uses Adam
-        bible / "bin", tmp_path / "resumed", "--restore-file", checkpoint, "--reset-optimizer",
+        bible / "bin",
+        tmp_path / "resumed",
+        "--restore-file",
+        checkpoint,
+        "--reset-optimizer",
         updates=12,
     )
     assert "Loaded checkpoint" in log and re.search(r"num_updates 12\b", log)
@@ -139,10 +207,26 @@ def test_hydra_train_checkpoint_generates_and_resumes(bible, tmp_path):
 
 def test_replace_unk_copies_the_aligned_source_word(word_level, tmp_path):
     train(word_level / "bin", tmp_path, "--attention-window", "global", "--dataset-impl", "raw")
-    args = ["fairseq-generate", word_level / "bin", "--user-dir", USER_DIR,
-            "--path", tmp_path / "checkpoint_last.pt", "--beam", "5", "--batch-size", "16",
-            "--max-len-b", "10", "--gen-subset", "test", "--print-alignment", "--dataset-impl",
-            "raw", *ALL_SENTENCES]
+    args = [
+        "fairseq-generate",
+        word_level / "bin",
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        tmp_path / "checkpoint_last.pt",
+        "--beam",
+        "5",
+        "--batch-size",
+        "16",
+        "--max-len-b",
+        "10",
+        "--gen-subset",
+        "test",
+        "--print-alignment",
+        "--dataset-impl",
+        "raw",
+        *ALL_SENTENCES,
+    ]
     plain = parse(fairseq(*args), "H")
     # a bare --replace-unk takes the constant "@@ " in this fairseq and fails to open
     # it as a dictionary; "" means: copy the aligned source word

@@ -9,7 +9,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import (
     ALL_SENTENCES,
     USER_DIR,
@@ -20,6 +19,7 @@ from conftest import (
     spread_parameters,
     train,
 )
+
 from luong_plugin.analysis import explore
 from luong_plugin.analysis.explore import decode_map, encode_map, right_padded_rows
 from luong_plugin.analysis.forced import Pair, force_decode
@@ -36,7 +36,9 @@ def test_maps_round_trip_and_local_rows_keep_only_their_span():
     dense = rng.dirichlet(np.ones(12), size=5)  # 5 x 12, a global map
     local = np.zeros((5, 40))
     for t in range(5):
-        local[t, 3 * t : 3 * t + 7] = rng.dirichlet(20 * np.ones(7))  # a window of 7, no weight near 0
+        local[t, 3 * t : 3 * t + 7] = rng.dirichlet(
+            20 * np.ones(7)
+        )  # a window of 7, no weight near 0
     for matrix in (dense, local):
         text = encode_map(matrix)
         assert np.abs(decode_map(text, matrix.shape[1]) - matrix).max() <= STEP + 1e-12
@@ -80,8 +82,9 @@ def forced_records(model, lengths, batch_size):
     m = explore.Model("m", window=explore.window_size(model), kind="forced")
     for i, f in enumerate(forced):
         m.views[i] = explore.View(f.pair.target, f.attention, f.centers)
-    records = [explore.sentence_record(i, p.source, "", [m], "sentencepiece")
-               for i, p in enumerate(pairs)]
+    records = [
+        explore.sentence_record(i, p.source, "", [m], "sentencepiece") for i, p in enumerate(pairs)
+    ]
     return records, forced
 
 
@@ -104,8 +107,9 @@ def test_embedded_words_merge_pieces_as_luong_align():
     records, forced = forced_records(spread_parameters(build("luong_tiny")), [9, 5], 2)
     for record, f in zip(records, forced):
         out = record["out"][0]
-        assert record["srcW"] == [p.lstrip("▁") + q for p, q in
-                                  zip(f.pair.source[::2], f.pair.source[1::2] + [""])]
+        assert record["srcW"] == [
+            p.lstrip("▁") + q for p, q in zip(f.pair.source[::2], f.pair.source[1::2] + [""])
+        ]
         assert record["srcI"] == [k // 2 for k in range(len(f.pair.source))]
         # loops: a source word sums its two pieces, a target word averages its two rows
         src_groups = [[k, k + 1] for k in range(0, len(f.pair.source) - 1, 2)]
@@ -114,17 +118,28 @@ def test_embedded_words_merge_pieces_as_luong_align():
         tgt_groups = [[k, k + 1] for k in range(0, len(f.pair.target) - 1, 2)]
         tgt_groups += [[len(f.pair.target) - 1]] if len(f.pair.target) % 2 else []
         tgt_groups += [[len(f.pair.target)]]
-        loops = np.array([[np.mean([sum(f.attention[r][c] for c in cols) for r in rows])
-                           for cols in src_groups] for rows in tgt_groups])
-        np.testing.assert_allclose(decode_map(out["W"], len(src_groups)), loops,
-                                   atol=STEP + 1e-7)
+        loops = np.array(
+            [
+                [
+                    np.mean([sum(f.attention[r][c] for c in cols) for r in rows])
+                    for cols in src_groups
+                ]
+                for rows in tgt_groups
+            ]
+        )
+        np.testing.assert_allclose(decode_map(out["W"], len(src_groups)), loops, atol=STEP + 1e-7)
         assert out["linkW"] == [int(np.argmax(row[:-1])) for row in loops[:-1]]
 
 
-@pytest.mark.parametrize("arch,window,local", [
-    ("luong_tiny", "local-p", True), ("luong_tiny", "local-m", True),
-    ("luong_tiny", "global", False), ("bahdanau_tiny", None, False),
-])
+@pytest.mark.parametrize(
+    "arch,window,local",
+    [
+        ("luong_tiny", "local-p", True),
+        ("luong_tiny", "local-m", True),
+        ("luong_tiny", "global", False),
+        ("bahdanau_tiny", None, False),
+    ],
+)
 def test_p_t_and_window_only_for_local_windows(arch, window, local):
     overrides = {"attention_window": window} if window else {}
     records, forced = forced_records(spread_parameters(build(arch, **overrides)), [8, 5], 2)
@@ -153,18 +168,47 @@ def tiny(bible, tmp_path_factory):
     root = tmp_path_factory.mktemp("explore")
     runs = {
         "local-p": ("luong_tiny", ["--attention-window", "local-p"], 15),
-        "lstm": ("lstm", ["--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
-                          "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
-                          "--decoder-out-embed-dim", "16"], 8),
+        "lstm": (
+            "lstm",
+            [
+                "--encoder-embed-dim",
+                "16",
+                "--encoder-hidden-size",
+                "16",
+                "--decoder-embed-dim",
+                "16",
+                "--decoder-hidden-size",
+                "16",
+                "--decoder-out-embed-dim",
+                "16",
+            ],
+            8,
+        ),
     }
     paths = {}
     for name, (arch, options, updates) in runs.items():
         train(bible / "bin", root / name, *options, arch=arch, updates=updates)
         checkpoint = root / name / "checkpoint_last.pt"
         out = fairseq(
-            "fairseq-generate", bible / "bin", "--user-dir", USER_DIR, "--path", checkpoint,
-            "--beam", "3", "--batch-size", "8", "--max-len-a", "0", "--max-len-b", "14",
-            "--gen-subset", "test", "--print-alignment", "soft", *ALL_SENTENCES,
+            "fairseq-generate",
+            bible / "bin",
+            "--user-dir",
+            USER_DIR,
+            "--path",
+            checkpoint,
+            "--beam",
+            "3",
+            "--batch-size",
+            "8",
+            "--max-len-a",
+            "0",
+            "--max-len-b",
+            "14",
+            "--gen-subset",
+            "test",
+            "--print-alignment",
+            "soft",
+            *ALL_SENTENCES,
         )
         (root / name / "test.gen.txt").write_text(out)
         paths[name] = checkpoint
@@ -226,19 +270,36 @@ def test_fairseq_lstm_maps_read_right(bible, tiny):
         mismatched_as_printed += np.abs(as_printed - exact_map).max() > 2 * STEP + 1e-9
     assert shifted > 0 and mismatched_as_printed > 0
     # batched forced decoding == alone
-    one = explore_data(f"lstm={gen}", "--path", f"lstm={tiny['lstm']}", "--data", bible / "bin",
-                       "--batch-size", "1")
-    assert [s["out"][0]["P"] for s in one["sentences"]] == \
-        [s["out"][0]["P"] for s in exact["sentences"]]
+    one = explore_data(
+        f"lstm={gen}",
+        "--path",
+        f"lstm={tiny['lstm']}",
+        "--data",
+        bible / "bin",
+        "--batch-size",
+        "1",
+    )
+    assert [s["out"][0]["P"] for s in one["sentences"]] == [
+        s["out"][0]["P"] for s in exact["sentences"]
+    ]
 
 
 @pytest.mark.slow
 def test_generate_outputs_with_checkpoint_add_p_t(bible, tiny):
     gen = tiny["local-p"].parent / "test.gen.txt"
     printed = printed_maps(gen)
-    data = explore_data(f"local-p={gen}", f"lstm={tiny['lstm'].parent / 'test.gen.txt'}",
-                        "--fairseq-lstm", "lstm", "--path", f"local-p={tiny['local-p']}",
-                        "--data", bible / "bin", "--reference", bible / "raw" / "test.en")
+    data = explore_data(
+        f"local-p={gen}",
+        f"lstm={tiny['lstm'].parent / 'test.gen.txt'}",
+        "--fairseq-lstm",
+        "lstm",
+        "--path",
+        f"local-p={tiny['local-p']}",
+        "--data",
+        bible / "bin",
+        "--reference",
+        bible / "raw" / "test.en",
+    )
     assert [m["window"] for m in data["models"]] == [3, None]
     references = (bible / "raw" / "test.en").read_text().splitlines()
     from sacrebleu.metrics import BLEU
@@ -247,8 +308,9 @@ def test_generate_outputs_with_checkpoint_add_p_t(bible, tiny):
         ours, lstm = rec["out"]
         assert "pt" in ours and "pt" not in lstm
         n_src = len(rec["src"]) + 1
-        np.testing.assert_allclose(decode_map(ours["P"], n_src), printed[rec["id"]],
-                                   atol=STEP + 1e-5)
+        np.testing.assert_allclose(
+            decode_map(ours["P"], n_src), printed[rec["id"]], atol=STEP + 1e-5
+        )
         assert rec["ref"] == references[rec["id"]]
         bleu = BLEU(effective_order=True).sentence_score(ours["text"], [rec["ref"]]).score
         assert ours["bleu"] == round(bleu, 2)
@@ -300,13 +362,29 @@ def browser():
 def test_page_in_a_real_browser(bible, tiny, tmp_path):
     page_path = tmp_path / "explore.html"
     gen = {m: tiny[m].parent / "test.gen.txt" for m in tiny}
-    explore.main([f"local-p={gen['local-p']}", "--path", f"local-p={tiny['local-p']}",
-                  f"lstm={gen['lstm']}", "--fairseq-lstm", "lstm", "--data", str(bible / "bin"),
-                  "--reference", str(bible / "raw" / "test.en"), "--out", str(page_path)])
+    explore.main(
+        [
+            f"local-p={gen['local-p']}",
+            "--path",
+            f"local-p={tiny['local-p']}",
+            f"lstm={gen['lstm']}",
+            "--fairseq-lstm",
+            "lstm",
+            "--data",
+            str(bible / "bin"),
+            "--reference",
+            str(bible / "raw" / "test.en"),
+            "--out",
+            str(page_path),
+        ]
+    )
     html = page_path.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing from the network
-    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
-                                html, re.S).group(1).replace("<\\/", "</"))
+    data = json.loads(
+        re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.S)
+        .group(1)
+        .replace("<\\/", "</")
+    )
     sentences = data["sentences"]
     assert len(sentences) == 29
 
@@ -324,11 +402,15 @@ def test_page_in_a_real_browser(bible, tiny, tmp_path):
         # sort by length, longest first
         page.select_option("#sort", "length")
         page.select_option("#dir", "desc")
-        lengths = [int(x) for x in page.locator("#sentences tbody tr td:nth-child(2)").all_inner_texts()]
+        lengths = [
+            int(x) for x in page.locator("#sentences tbody tr td:nth-child(2)").all_inner_texts()
+        ]
         assert lengths == sorted((len(s["srcW"]) for s in sentences), reverse=True)
         # sort by the difference of the two models' BLEU
         page.select_option("#sort", "BLEU local-p − lstm")
-        ids = [int(x) for x in page.locator("#sentences tbody tr td:nth-child(1)").all_inner_texts()]
+        ids = [
+            int(x) for x in page.locator("#sentences tbody tr td:nth-child(1)").all_inner_texts()
+        ]
         diff = {s["id"]: s["out"][0]["bleu"] - s["out"][1]["bleu"] for s in sentences}
         assert [diff[i] for i in ids] == sorted(diff.values(), reverse=True)
 
@@ -355,10 +437,14 @@ def test_page_in_a_real_browser(bible, tiny, tmp_path):
         for j in range(len(out["tgtW"])):
             ours.locator(f"text.tl[data-r='{j}']").hover()
             best = ours.locator("rect.cell.best")
-            cells = [(int(best.nth(k).get_attribute("data-r")), int(best.nth(k).get_attribute("data-c")))
-                     for k in range(best.count())]
-            assert cells == [(j, int(np.argmax(word_map[j, :-1])))] or \
-                np.sort(word_map[j, :-1])[-2:].ptp() < 2 * STEP  # a tie the rounding made
+            cells = [
+                (int(best.nth(k).get_attribute("data-r")), int(best.nth(k).get_attribute("data-c")))
+                for k in range(best.count())
+            ]
+            assert (
+                cells == [(j, int(np.argmax(word_map[j, :-1])))]
+                or np.sort(word_map[j, :-1])[-2:].ptp() < 2 * STEP
+            )  # a tie the rounding made
             assert cells == [(j, out["linkW"][j])]
             marked = ours.locator("text.sl.best")
             assert int(marked.get_attribute("data-c")) == out["linkW"][j]
@@ -400,8 +486,16 @@ def test_forced_decoding_of_references_with_gold_links_and_aer(bible, tiny, tmp_
     n = len((raw / "test.es").read_text().splitlines())
     gold = tmp_path / "gold.talp"  # 1-based: word k with word k sure, k with k+1 possible
     gold.write_text("".join("1-1 2-2 3-3 2p3\n" for _ in range(n)))
-    common = ["--data", bible / "bin", "--source", raw / "test.es", "--target", raw / "test.en",
-              "--spm-model", bible / "spm" / "joint.model"]
+    common = [
+        "--data",
+        bible / "bin",
+        "--source",
+        raw / "test.es",
+        "--target",
+        raw / "test.en",
+        "--spm-model",
+        bible / "spm" / "joint.model",
+    ]
     data = explore_data("--path", f"local-p={tiny['local-p']}", *common, "--gold", gold)
     assert data["gold"] and len(data["sentences"]) == n
     align(["--path", str(tiny["local-p"]), *map(str, common), "--out", str(tmp_path / "align")])

@@ -26,7 +26,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import REPO, build, random_batch, random_prev_output, spread_parameters
 from luong_reference import Options, reference_batch
 
@@ -172,8 +171,9 @@ def _both_paths(module, dtype, path, where):
 )
 def test_local_attention_paths_equal_masked(window, score, renormalize, path, steps):
     module = spread_parameters(
-        LuongAttention(score, window, 24, 24, window_size=3, renormalize=renormalize,
-                       max_source_positions=64)
+        LuongAttention(
+            score, window, 24, 24, window_size=3, renormalize=renormalize, max_source_positions=64
+        )
     )
     # float32, as trained: the forward to 1e-5
     masked, gathered = _both_paths(module, torch.float32, path, steps)
@@ -230,10 +230,17 @@ def test_model_on_long_sources_matches_reference(window, score, feed, path, monk
             return getattr(self, path)(query, proj_keys, values, *rest)
 
         monkeypatch.setattr(LuongAttention, "forward", forced)
-    opts = Options(window=window, score=score, input_feeding=feed, reverse_source=True, window_size=3)
+    opts = Options(
+        window=window, score=score, input_feeding=feed, reverse_source=True, window_size=3
+    )
     model = spread_parameters(
-        build("luong_tiny", attention_window=window, attention_score=score, input_feeding=feed,
-              reverse_source=True)
+        build(
+            "luong_tiny",
+            attention_window=window,
+            attention_score=score,
+            input_feeding=feed,
+            reverse_source=True,
+        )
     )
     lengths = [30, 4, 17]
     src, src_lengths = random_batch(model.encoder.dictionary, lengths)
@@ -245,7 +252,9 @@ def test_model_on_long_sources_matches_reference(window, score, feed, path, monk
     for b, ref in enumerate(refs):
         torch.testing.assert_close(logits[b].double(), ref.logits, atol=ATOL, rtol=0)
         cols = src[b].ne(model.encoder.dictionary.pad()).nonzero().squeeze(1)
-        torch.testing.assert_close(extra["attn"][0][b][:, cols].double(), ref.attn, atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            extra["attn"][0][b][:, cols].double(), ref.attn, atol=ATOL, rtol=0
+        )
     if path != "forward":
         assert calls and set(calls) == {src.size(1)}
 
@@ -308,7 +317,9 @@ def test_training_takes_the_masked_path_at_every_length(monkeypatch):
             module, path, lambda *a, p=path, f=original, **k: calls.append(p) or f(*a, **k)
         )
     for steps, shortest in (("spread", 1), ("together", 20)):
-        query, keys, pad_mask, lengths, steps = _attention_inputs(S=40, steps=steps, shortest=shortest)
+        query, keys, pad_mask, lengths, steps = _attention_inputs(
+            S=40, steps=steps, shortest=shortest
+        )
         keys.requires_grad_()
         module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
         with torch.no_grad():
@@ -321,9 +332,22 @@ def test_training_takes_the_masked_path_at_every_length(monkeypatch):
 def test_bench_quick_mode_writes_a_report(bible, tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--quick", "--threads", "1",
-         "--data", str(bible), "--out", str(out), "--json", str(raw)],
-        capture_output=True, text=True, cwd=REPO,
+        [
+            sys.executable,
+            os.path.join(REPO, "bench", "run.py"),
+            "--quick",
+            "--threads",
+            "1",
+            "--data",
+            str(bible),
+            "--out",
+            str(out),
+            "--json",
+            str(raw),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
         env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -334,11 +358,19 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
     assert all(v["tok_s"] > 0 for v in results["train"].values())
     assert "fairseq lstm, fused loss" in results["malloc"]["train"]
     assert results["malloc"]["allocator"] == "glibc"  # the child runs without tcmalloc
-    assert results["memory"]["fairseq lstm"]["peak"] > results["memory"]["fairseq lstm"]["rss_before"]
+    assert (
+        results["memory"]["fairseq lstm"]["peak"] > results["memory"]["fairseq lstm"]["rss_before"]
+    )
     text = out.read_text()
-    for heading in ("## Targets", "## Training throughput", "## Beam-5 generation", "## Peak memory",
-                    "## Attention cost against the source length", "## Where the time goes",
-                    "## Training with glibc's allocator"):
+    for heading in (
+        "## Targets",
+        "## Training throughput",
+        "## Beam-5 generation",
+        "## Peak memory",
+        "## Attention cost against the source length",
+        "## Where the time goes",
+        "## Training with glibc's allocator",
+    ):
         assert heading in text, heading
     assert "--quick" in text
     bf16 = results["bf16"]

@@ -11,12 +11,11 @@ import argparse
 
 import pytest
 import torch
+from conftest import TinyTask, build, random_batch, random_prev_output, spread_parameters, train
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     label_smoothed_nll_loss,
 )
-
-from conftest import TinyTask, build, random_batch, random_prev_output, spread_parameters, train
 
 from luong_plugin.criterions.fused_cross_entropy import (
     FusedLabelSmoothedCrossEntropyCriterion,
@@ -28,7 +27,9 @@ TARGET_LENGTHS = [9, 3, 6, 1]  # real tokens per sentence, padded to 9
 
 
 def _sample(model, seed=0):
-    src, src_lengths = random_batch(model.encoder.dictionary, [9, 7, 5, 2], seed=seed)  # sorted, as fairseq batches
+    src, src_lengths = random_batch(
+        model.encoder.dictionary, [9, 7, 5, 2], seed=seed
+    )  # sorted, as fairseq batches
     tgt_dict = model.decoder.dictionary
     prev = random_prev_output(tgt_dict, len(TARGET_LENGTHS), max(TARGET_LENGTHS), seed=seed + 1)
     target = torch.roll(prev, -1, dims=1)  # B x T
@@ -61,8 +62,11 @@ def _fairseq_lstm(share: bool):
 MODELS = {
     "luong global": lambda: build("luong_tiny", attention_window="global"),
     "luong local-p shared": lambda: build(
-        "luong_tiny", attention_window="local-p", decoder_out_embed_dim=24,
-        decoder_embed_dim=24, share_decoder_input_output_embed=True,
+        "luong_tiny",
+        attention_window="local-p",
+        decoder_out_embed_dim=24,
+        decoder_embed_dim=24,
+        share_decoder_input_output_embed=True,
     ),
     "bahdanau": lambda: build("bahdanau_tiny"),
     "fairseq lstm": lambda: _fairseq_lstm(share=False),
@@ -141,7 +145,9 @@ def test_fairseq_train_with_the_fused_loss(bible, tmp_path):
     plain, fused = valid
     assert plain.keys() == fused.keys() >= {"loss", "nll_loss", "ppl", "accuracy"}
     for key in ("loss", "nll_loss", "ppl", "accuracy"):
-        assert abs(float(plain[key]) - float(fused[key])) <= 0.02 * abs(float(plain[key])) + 0.01, key
+        assert (
+            abs(float(plain[key]) - float(fused[key])) <= 0.02 * abs(float(plain[key])) + 0.01
+        ), key
 
 
 def _valid_line(log: str) -> dict:

@@ -29,13 +29,18 @@ VARIANTS = {
         for w in WINDOWS
         for s in SCORES
     },
-    "luong-base": ("luong_tiny", dict(attention_window="none", input_feeding=False,
-                                      decoder_out_embed_dim=24)),
+    "luong-base": (
+        "luong_tiny",
+        dict(attention_window="none", input_feeding=False, decoder_out_embed_dim=24),
+    ),
     "rnnsearch": ("bahdanau_tiny", dict(attention="additive")),
     "rnnencdec": ("bahdanau_tiny", dict(attention="none", readout_state="current")),
 }
 PROPERTY = settings(
-    deadline=None, max_examples=6, derandomize=True, database=None,
+    deadline=None,
+    max_examples=6,
+    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 _models = {}
@@ -57,8 +62,11 @@ def model_for(name):
 
 def tokens(dictionary, n, draw):
     """n - 1 real words and </s>."""
-    body = draw(st.lists(st.integers(dictionary.nspecial, len(dictionary) - 1),
-                         min_size=n - 1, max_size=n - 1))
+    body = draw(
+        st.lists(
+            st.integers(dictionary.nspecial, len(dictionary) - 1), min_size=n - 1, max_size=n - 1
+        )
+    )
     return torch.tensor(body + [dictionary.eos()])
 
 
@@ -76,8 +84,10 @@ def batches(draw, model):
         sentences.append(sentence)
     T = draw(st.integers(1, 7))
     prev = torch.stack(
-        [torch.cat([torch.tensor([tgt_dict.eos()]), tokens(tgt_dict, T, draw)[:-1]])
-         for _ in lengths]
+        [
+            torch.cat([torch.tensor([tgt_dict.eos()]), tokens(tgt_dict, T, draw)[:-1]])
+            for _ in lengths
+        ]
     )  # B x T: </s> y_1 .. y_{T-1}
     return torch.stack(rows), torch.tensor(lengths), sentences, prev
 
@@ -155,8 +165,9 @@ def test_beam_one_equals_greedy(name, data):
             assert best["score"].item() == pytest.approx(sum(scores) / len(scores), abs=1e-5)
 
 
-@pytest.mark.parametrize("name", ["luong-local-p-general", "luong-local-m-concat",
-                                  "luong-global-location", "rnnsearch"])
+@pytest.mark.parametrize(
+    "name", ["luong-local-p-general", "luong-local-m-concat", "luong-global-location", "rnnsearch"]
+)
 @PROPERTY
 @given(data=st.data())
 def test_ensembles_of_one_model(name, data):
@@ -171,8 +182,9 @@ def test_ensembles_of_one_model(name, data):
         for b, sentence in enumerate(sentences):
             assert [h["tokens"].tolist() for h in two[b]] == [h["tokens"].tolist() for h in one[b]]
             for hyp, hyp2 in zip(one[b], two[b]):
-                torch.testing.assert_close(hyp2["positional_scores"], hyp["positional_scores"],
-                                           atol=1e-5, rtol=0)
+                torch.testing.assert_close(
+                    hyp2["positional_scores"], hyp["positional_scores"], atol=1e-5, rtol=0
+                )
                 prev = torch.cat([torch.tensor([eos]), hyp["tokens"][:-1]])[None]
                 logits, _ = model(sentence[None], lengths[b : b + 1], prev)
                 lprobs = torch.log_softmax(logits[0].float(), dim=-1)  # T x V

@@ -19,8 +19,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 # 2 x 256 cells: the per-token state dominates the fixed costs
-WIDER = dict(encoder_embed_dim=128, decoder_embed_dim=128, encoder_hidden_size=256,
-             decoder_hidden_size=256, decoder_out_embed_dim=256)
+WIDER = dict(
+    encoder_embed_dim=128,
+    decoder_embed_dim=128,
+    encoder_hidden_size=256,
+    decoder_hidden_size=256,
+    decoder_out_embed_dim=256,
+)
 
 
 class PeakTensorMemory(TorchDispatchMode):

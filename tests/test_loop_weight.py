@@ -11,7 +11,6 @@
 
 import pytest
 import torch
-
 from conftest import build, random_batch, random_prev_output, spread_parameters
 
 from luong_plugin.modules import luong_loop
@@ -79,7 +78,9 @@ def _grads(model, src, lengths, prev, seed):
     torch.manual_seed(seed)  # the same dropout masks on both paths
     logits, _ = model(src, lengths, prev)
     logits.log_softmax(-1).mean().backward()
-    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), {
+        n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
 WINDOWS_SCORES = [(w, s) for w in WINDOW_NAMES for s in SCORE_NAMES]
@@ -121,4 +122,6 @@ def test_input_feeding_decoder_trains_under_autocast(monkeypatch):
         grads[name] = {n: p.grad.clone() for n, p in model.named_parameters()}
         assert all(g.dtype == torch.float32 for g in grads[name].values())
     for n in grads["plain"]:
-        torch.testing.assert_close(grads["taped"][n], grads["plain"][n], atol=2e-2, rtol=2e-2, msg=n)
+        torch.testing.assert_close(
+            grads["taped"][n], grads["plain"][n], atol=2e-2, rtol=2e-2, msg=n
+        )

@@ -47,8 +47,15 @@ def test_arch_parses_and_trains_a_step(arch):
 
 def test_command_line_overrides_the_arch():
     args = parse(
-        "luong_wmt_en_de", "--no-input-feeding", "--no-reverse-source",
-        "--attention-window", "local-m", "--window-size", "4", "--encoder-layers", "2",
+        "luong_wmt_en_de",
+        "--no-input-feeding",
+        "--no-reverse-source",
+        "--attention-window",
+        "local-m",
+        "--window-size",
+        "4",
+        "--encoder-layers",
+        "2",
     )
     assert (args.input_feeding, args.reverse_source) == (False, False)
     assert (args.attention_window, args.window_size, args.encoder_layers) == ("local-m", 4, 2)
@@ -60,8 +67,14 @@ def test_command_line_overrides_the_arch():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--attention-score", "foo"], "argument --attention-score: invalid choice: 'foo' (choose from 'dot', 'general', 'concat', 'location')"),
-        (["--attention-window", "local"], "argument --attention-window: invalid choice: 'local' (choose from 'none', 'global', 'local-m', 'local-p')"),
+        (
+            ["--attention-score", "foo"],
+            "argument --attention-score: invalid choice: 'foo' (choose from 'dot', 'general', 'concat', 'location')",
+        ),
+        (
+            ["--attention-window", "local"],
+            "argument --attention-window: invalid choice: 'local' (choose from 'none', 'global', 'local-m', 'local-p')",
+        ),
         (["--arch", "luong_huge"], "argument --arch/-a: invalid choice: 'luong_huge'"),
         (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),
         (["--window-size", "0"], "argument --window-size: must be a positive integer, got 0"),
@@ -76,7 +89,10 @@ def test_cli_rejects_bad_values(argv, message, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--encoder-hidden-size", "32"], "--encoder-hidden-size (32) must equal --decoder-hidden-size (24)"),
+        (
+            ["--encoder-hidden-size", "32"],
+            "--encoder-hidden-size (32) must equal --decoder-hidden-size (24)",
+        ),
         (["--attention-window", "none"], "add --no-input-feeding"),
     ],
 )

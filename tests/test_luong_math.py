@@ -19,11 +19,11 @@ import math
 
 import pytest
 import torch
-
 from conftest import build, random_batch, random_prev_output, spread_parameters
+from luong_reference import Options, reference_batch
+
 from luong_plugin.modules.scores import SCORES as SCORE_NAMES
 from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
-from luong_reference import Options, reference_batch
 
 SCORES = list(SCORE_NAMES)  # every registered score and window
 WINDOWS = list(WINDOW_NAMES)

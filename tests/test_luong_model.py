@@ -28,7 +28,11 @@ VARIANTS = [
 
 
 def variant_id(v):
-    return "-".join(str(v[k]) for k in ("attention_window", "attention_score", "input_feeding", "reverse_source") if k in v)
+    return "-".join(
+        str(v[k])
+        for k in ("attention_window", "attention_score", "input_feeding", "reverse_source")
+        if k in v
+    )
 
 
 def decode_incrementally(model, src, lengths, prev, new_order=None, swap_at=None):
@@ -108,7 +112,9 @@ def _single(model, tokens, prev):
 
 
 @pytest.mark.parametrize(
-    "kw", [v for v in VARIANTS if not v["reverse_source"] or v["attention_window"] == "local-p"], ids=variant_id
+    "kw",
+    [v for v in VARIANTS if not v["reverse_source"] or v["attention_window"] == "local-p"],
+    ids=variant_id,
 )
 def test_output_independent_of_padding_and_batch(kw):
     model = build(**kw)
@@ -186,7 +192,12 @@ def lstm_params(input_size, hidden, layers):
 
 
 def expected_params(cfg, vocab=50000):
-    E, H, O, L = cfg["encoder_embed_dim"], cfg["encoder_hidden_size"], cfg["decoder_out_embed_dim"], cfg["encoder_layers"]
+    E, H, O, L = (
+        cfg["encoder_embed_dim"],
+        cfg["encoder_hidden_size"],
+        cfg["decoder_out_embed_dim"],
+        cfg["encoder_layers"],
+    )
     C = cfg["decoder_embed_dim"]
     n = vocab * E + lstm_params(E, H, L)  # source embedding, encoder
     feed = O if cfg["input_feeding"] else 0
@@ -208,7 +219,9 @@ def expected_params(cfg, vocab=50000):
 @pytest.mark.parametrize("arch", [a for a in ARCHS if a.endswith("wmt_en_de")])
 def test_param_count_50k_vocab(arch):
     with torch.device("meta"):
-        model = build(arch, n_symbols=50000 - 4, n_tgt_symbols=50000 - 4)  # fairseq adds 4 special symbols
+        model = build(
+            arch, n_symbols=50000 - 4, n_tgt_symbols=50000 - 4
+        )  # fairseq adds 4 special symbols
     assert len(model.encoder.dictionary) == len(model.decoder.dictionary) == 50000
     count = sum(p.numel() for p in model.parameters())
     assert count == expected_params(arch_config(arch))
@@ -228,14 +241,20 @@ def test_best_system_size():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(attention_score="foo"), "--attention-score: unknown value 'foo'; allowed values: concat, dot, general, location"),
+        (
+            dict(attention_score="foo"),
+            "--attention-score: unknown value 'foo'; allowed values: concat, dot, general, location",
+        ),
         (dict(attention_window="bar"), "--attention-window"),
         (dict(window_size=0), "--window-size must be a positive integer, got 0"),
         (dict(window_size=-2, attention_window="local-m"), "--window-size"),
         (dict(encoder_layers=3), "--encoder-layers (3) must equal --decoder-layers (2)"),
         (dict(decoder_hidden_size=30), "--encoder-hidden-size (24) must equal"),
         (dict(attention_window="none"), "--no-input-feeding"),
-        (dict(attention_window="none", input_feeding=False), "--decoder-out-embed-dim (20) must equal"),
+        (
+            dict(attention_window="none", input_feeding=False),
+            "--decoder-out-embed-dim (20) must equal",
+        ),
         (dict(dropout=1.5), "--dropout must be in [0, 1)"),
         (dict(encoder_embed_dim=0), "--encoder-embed-dim must be a positive integer"),
         (dict(share_decoder_input_output_embed=True), "--share-decoder-input-output-embed"),

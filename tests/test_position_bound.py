@@ -15,7 +15,6 @@ gradient that would push x_t further beyond ±B. Checked here:
 
 import pytest
 import torch
-
 from conftest import build, random_batch, random_prev_output, spread_parameters
 
 from luong_plugin.modules.options import OptionError
@@ -108,8 +107,14 @@ def test_bound_keeps_p_t_off_the_edge_under_adam():
     "overrides, message",
     [
         (dict(position_logit_bound=-1.0), "--position-logit-bound must be >= 0 (0: off), got -1.0"),
-        (dict(position_logit_bound=3.0, attention_window="global"), "it needs --attention-window local-p, got global"),
-        (dict(position_logit_bound=3.0, attention_window="local-m"), "it needs --attention-window local-p, got local-m"),
+        (
+            dict(position_logit_bound=3.0, attention_window="global"),
+            "it needs --attention-window local-p, got global",
+        ),
+        (
+            dict(position_logit_bound=3.0, attention_window="local-m"),
+            "it needs --attention-window local-p, got local-m",
+        ),
     ],
 )
 def test_bad_bounds_are_refused(overrides, message):
@@ -121,7 +126,9 @@ def test_bad_bounds_are_refused(overrides, message):
 
 
 def test_position_lr_scale_matches_reference_and_keeps_the_init():
-    import sys, os
+    import os
+    import sys
+
     sys.path.insert(0, os.path.dirname(__file__))
     from conftest import random_batch, random_prev_output, spread_parameters
     from luong_reference import Options, reference_batch
@@ -138,8 +145,13 @@ def test_position_lr_scale_matches_reference_and_keeps_the_init():
     prev = random_prev_output(model.decoder.dictionary, 3, 7)
     with torch.no_grad():
         logits, extra = model(src, lengths, prev)
-    opts = Options(window="local-p", score="general", input_feeding=True,
-                   reverse_source=True, position_lr_scale=a)
+    opts = Options(
+        window="local-p",
+        score="general",
+        input_feeding=True,
+        reverse_source=True,
+        position_lr_scale=a,
+    )
     refs = reference_batch(model, opts, src, prev, model.encoder.dictionary.pad())
     for b, ref in enumerate(refs):
         assert float((logits[b].double() - ref.logits).abs().max()) < 1e-5

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import build, make_dictionary, random_batch, spread_parameters
+
 from luong_plugin.analysis.forced import Forced, Pair
 from luong_plugin.analysis.position_trace import gradient_share, position_stats
 

@@ -187,7 +187,9 @@ def test_bf16_loss_curve_close_to_fp32(options, loss_of, device):
     """50 Adam updates from the same weights on the same batches: the two runs'
     losses stay within LOSS_TOL of each other at every update, and both learn."""
     models = pair(options, device)
-    batches = [batch(models[0], device, lengths, 8) for lengths in ((9, 4, 7), (5, 8, 6), (3, 9, 9))]
+    batches = [
+        batch(models[0], device, lengths, 8) for lengths in ((9, 4, 7), (5, 8, 6), (3, 9, 9))
+    ]
     curves = []
     for model in models:
         model.train()
@@ -293,10 +295,14 @@ def test_checkpoint_trained_in_one_precision_decodes_in_the_other(
     path = tmp_path / "checkpoint_last.pt"
     assert checkpoint_utils.load_checkpoint_to_cpu(str(path))["cfg"].model.precision == trained
     override = ("--model-overrides", f"{{'precision': '{decoded}'}}")
-    models, _ = checkpoint_utils.load_model_ensemble([str(path)], arg_overrides={"precision": decoded})
+    models, _ = checkpoint_utils.load_model_ensemble(
+        [str(path)], arg_overrides={"precision": decoded}
+    )
     assert models[0].decoder.compute_dtype == precision.compute_dtype(decoded)
 
-    as_trained, other = parse(_decode(bible, path), "H"), parse(_decode(bible, path, *override), "H")
+    as_trained, other = parse(_decode(bible, path), "H"), parse(
+        _decode(bible, path, *override), "H"
+    )
     assert len(as_trained) == len(other) == 29
     same = sum(as_trained[i] == other[i] for i in as_trained)
     assert same >= 0.8 * len(as_trained), f"{same} of {len(as_trained)} hypotheses agree"

@@ -13,9 +13,8 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, VENV_BIN
+from conftest import REPO, USER_DIR, VENV_BIN
 from fairseq import checkpoint_utils
-from conftest import USER_DIR
 
 from luong_plugin.checkpoint_atomic import atomic_copy
 
@@ -78,10 +77,33 @@ SCENARIOS = {
 
 def train_args(data, save_dir, *extra):
     return [
-        data, "--user-dir", USER_DIR, *extra, "--optimizer", "adam", "--lr", "0.01",
-        "--max-tokens", "1000", "--max-update", UPDATES, "--save-interval-updates", SAVE_EVERY,
-        "--no-epoch-checkpoints", "--disable-validation", "--save-dir", save_dir, "--seed", "1",
-        "--num-workers", "0", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
+        data,
+        "--user-dir",
+        USER_DIR,
+        *extra,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        UPDATES,
+        "--save-interval-updates",
+        SAVE_EVERY,
+        "--no-epoch-checkpoints",
+        "--disable-validation",
+        "--save-dir",
+        save_dir,
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--no-progress-bar",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
     ]
 
 
@@ -92,8 +114,12 @@ def start(args, kill_at=None):
     else:
         cmd = [sys.executable, "-c", KILLER, *kill_at]
     return subprocess.Popen(
-        [*cmd, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=ENV, cwd=REPO,
+        [*cmd, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+        cwd=REPO,
     )
 
 

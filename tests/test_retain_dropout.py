@@ -59,7 +59,8 @@ def test_retain_dropout_modules_selects_by_class_name(arch):
     decoder_name = type(model.decoder).__name__
     model.make_generation_fast_(retain_dropout=True, retain_dropout_modules=[decoder_name])
     active = {
-        m.module_name for m in model.modules()
+        m.module_name
+        for m in model.modules()
         if isinstance(m, FairseqDropout) and m.apply_during_inference
     }
     assert active == {decoder_name}

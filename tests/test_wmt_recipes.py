@@ -141,9 +141,7 @@ def test_tokenized_bleu_is_zero_without_a_4gram_match():
 
 
 def test_top_words_most_frequent_first_ties_by_code_point_no_specials():
-    counts = collections.Counter(
-        {"b": 5, "a": 5, "<unk>": 9, "c": 7, "</s>": 8, "d": 1, "Z": 5}
-    )
+    counts = collections.Counter({"b": 5, "a": 5, "<unk>": 9, "c": 7, "</s>": 8, "d": 1, "Z": 5})
     assert wmt.top_words(counts, 4) == [("c", 7), ("Z", 5), ("a", 5), ("b", 5)]
     assert len(wmt.top_words(counts, 100)) == 5
 
@@ -160,7 +158,9 @@ def test_tokenizer_is_moses_aggressive_without_escaping():
 
     text = 'Das 5-mal "große"\u00ad Haus\u200b & <b>'
     expected = MosesTokenizer(lang="de").tokenize(
-        "Das 5-mal \"große\" Haus & <b>", aggressive_dash_splits=True, escape=False,
+        'Das 5-mal "große" Haus & <b>',
+        aggressive_dash_splits=True,
+        escape=False,
         return_str=True,
     )
     assert wmt.tokenize(text, "de") == expected == 'Das 5 @-@ mal " große " Haus & < b >'
@@ -176,7 +176,10 @@ def test_tokenizer_is_moses_aggressive_without_escaping():
 def dry_run(recipe, *args):
     out = subprocess.run(
         ["bash", f"recipes/{recipe}/run.sh", "train", "--data", "/data", "--dry-run", *args],
-        cwd=REPO, capture_output=True, text=True, check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return shlex.split(out.strip().splitlines()[-1])
 
@@ -378,8 +381,9 @@ def test_recipe_end_to_end_on_a_standin(recipe_name, bible_lines, tmp_path, offl
     assert len(train_src) == expected and max(len(s.split()) for s in train_src) <= 50
     for lang in (recipe.src, recipe.tgt):
         assert len((data / "vocab" / f"dict.{lang}.txt").read_text().splitlines()) == 200
-    raw_ref = wmt.read_sgm(str(raw / recipe.test.path(recipe.tgt, *(recipe.src, recipe.tgt,
-                                                                     recipe.pair))))
+    raw_ref = wmt.read_sgm(
+        str(raw / recipe.test.path(recipe.tgt, *(recipe.src, recipe.tgt, recipe.pair)))
+    )
     assert (data / "ref" / f"test.{recipe.tgt}").read_text().splitlines() == raw_ref
 
     log = run(recipe_name, "train", "--data", data, "--arch", TINY[recipe_name], "--save-dir",

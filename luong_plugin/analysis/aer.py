@@ -94,9 +94,7 @@ def read_gold(path: str, fmt: str = "auto", base: int = 1, reverse: bool = False
 def score(hypotheses: List[Links], gold: List[Tuple[Links, Links]]) -> dict:
     """Corpus-level AER, precision and recall."""
     if len(hypotheses) != len(gold):
-        raise ValueError(
-            f"{len(hypotheses)} hypothesis sentences but {len(gold)} gold sentences"
-        )
+        raise ValueError(f"{len(hypotheses)} hypothesis sentences but {len(gold)} gold sentences")
     a = s = a_and_s = a_and_p = 0
     for hyp, (sure, possible) in zip(hypotheses, gold):
         possible = possible | sure
@@ -119,10 +117,18 @@ def main(argv=None):
     parser.add_argument("gold", help="gold alignments (sure and possible links)")
     parser.add_argument("hypothesis", help="Pharaoh i-j links, 0-based, one line a sentence")
     parser.add_argument("--gold-format", choices=FORMATS, default="auto")
-    parser.add_argument("--gold-base", type=int, choices=(0, 1), default=1,
-                        help="first position in the gold file (default 1)")
-    parser.add_argument("--reverse-gold", action="store_true",
-                        help="the gold file lists target-source pairs: swap them")
+    parser.add_argument(
+        "--gold-base",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="first position in the gold file (default 1)",
+    )
+    parser.add_argument(
+        "--reverse-gold",
+        action="store_true",
+        help="the gold file lists target-source pairs: swap them",
+    )
     args = parser.parse_args(argv)
     try:
         gold = read_gold(args.gold, args.gold_format, args.gold_base, args.reverse_gold)

@@ -70,5 +70,6 @@ def write_alignments(models, task, pairs, scheme, args):
     if soft:
         soft.close()
 
+
 if __name__ == "__main__":
     main()

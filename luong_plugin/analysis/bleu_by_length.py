@@ -99,12 +99,19 @@ def plot(groups, table, path, title="") -> str:
 
 def main(argv=None):
     parser = tool_parser(__doc__)
-    parser.add_argument("systems", nargs="+", metavar="[NAME=]HYPOTHESES",
-                        help="detokenised hypotheses, one line per source line")
+    parser.add_argument(
+        "systems",
+        nargs="+",
+        metavar="[NAME=]HYPOTHESES",
+        help="detokenised hypotheses, one line per source line",
+    )
     parser.add_argument("--source", required=True, help="raw source text (lengths are its words)")
     parser.add_argument("--reference", required=True, help="raw reference text")
-    parser.add_argument("--edges", default=DEFAULT_EDGES,
-                        help=f"upper bounds of the length groups (default {DEFAULT_EDGES})")
+    parser.add_argument(
+        "--edges",
+        default=DEFAULT_EDGES,
+        help=f"upper bounds of the length groups (default {DEFAULT_EDGES})",
+    )
     parser.add_argument("--format", default="markdown", choices=FORMATS)
     parser.add_argument("--png", help="write a line plot here")
     parser.add_argument("--title", default="", help="plot title")
@@ -114,17 +121,13 @@ def main(argv=None):
         source = read_lines(args.source, "--source")
         reference = read_lines(args.reference, "--reference")
         if len(reference) != len(source):
-            raise ValueError(
-                f"--reference has {len(reference)} lines, --source {len(source)}"
-            )
+            raise ValueError(f"--reference has {len(reference)} lines, --source {len(source)}")
         systems = {}
         for spec in args.systems:
             name, path = named(spec)
             systems[name] = read_lines(path, "hypotheses")
             if len(systems[name]) != len(source):
-                raise ValueError(
-                    f"{path} has {len(systems[name])} lines, --source {len(source)}"
-                )
+                raise ValueError(f"{path} has {len(systems[name])} lines, --source {len(source)}")
     except ValueError as e:
         parser.error(str(e))
     groups, table, overall, signature = bleu_by_length(source, reference, systems, edges)

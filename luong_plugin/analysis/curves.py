@@ -51,7 +51,8 @@ def parse_record(kind: str, text: str) -> Dict[str, float]:
     if text.startswith("{"):  # json
         prefix = "" if kind == "train_inner" else kind + "_"
         return _numbers(
-            (k[len(prefix):] if k.startswith(prefix) else k, v) for k, v in json.loads(text).items()
+            (k[len(prefix) :] if k.startswith(prefix) else k, v)
+            for k, v in json.loads(text).items()
         )
     if kind == "train_inner":  # epoch 001:     10 / 69 loss=9.39, ppl=670.9, ...
         return _numbers(re.findall(r"([A-Za-z_]+)=([^,\s]+)", text))
@@ -126,8 +127,10 @@ def plot(runs: Dict[str, Run], metric: str, path: str, split="both", title="") -
 
 
 def summary(runs: Dict[str, Run], metric: str) -> str:
-    lines = [f"| run | updates | last train {metric} | best valid {metric} (at update) |",
-             "|---|---|---|---|"]
+    lines = [
+        f"| run | updates | last train {metric} | best valid {metric} (at update) |",
+        "|---|---|---|---|",
+    ]
     for name, run in runs.items():
         tx, ty = series(training_records(run), metric)
         vx, vy = series(run.valid, metric)

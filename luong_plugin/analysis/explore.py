@@ -48,10 +48,17 @@ import numpy as np
 
 from .aer import FORMATS, read_gold
 from .aer import score as aer_score
-from .forced import Pair, add_forced_args, force_decode, load_ensemble, read_pairs, window_size
 from .explore_maps import (  # noqa: F401  (explore.encode_map etc.)
-    ALPHABET, LEVELS, UNKNOWN, decode_map, encode_map, merge_words, piece_links, right_padded_rows,
+    ALPHABET,
+    LEVELS,
+    UNKNOWN,
+    decode_map,
+    encode_map,
+    merge_words,
+    piece_links,
+    right_padded_rows,
 )
+from .forced import Pair, add_forced_args, force_decode, load_ensemble, read_pairs, window_size
 from .generate_output import Translation, parse_generate
 from .inputs import named, read_lines, tool_parser
 from .words import (
@@ -228,8 +235,11 @@ def build_from_generate(args, generated, checkpoints) -> dict:
                 f"{name} and {first_name} are not decodes of the same test set (sentence ids "
                 "or sources differ)"
             )
-    scheme = resolve(args.subword, [first[i].source.split() for i in ids]
-                     + [r.hypothesis.split() for rows in outputs.values() for r in rows.values()])
+    scheme = resolve(
+        args.subword,
+        [first[i].source.split() for i in ids]
+        + [r.hypothesis.split() for rows in outputs.values() for r in rows.values()],
+    )
     if args.reference:
         lines = read_lines(args.reference, "--reference")
         if max(ids) >= len(lines):
@@ -242,19 +252,22 @@ def build_from_generate(args, generated, checkpoints) -> dict:
         references = {i: detokenise(first[i].reference.split(), scheme) for i in ids}
     models = []
     for name, rows in outputs.items():
-        model = Model(name, note="fairseq lstm, printed maps re-ordered"
-                      if name in args.fairseq_lstm else "")
+        model = Model(
+            name, note="fairseq lstm, printed maps re-ordered" if name in args.fairseq_lstm else ""
+        )
         for i in ids:
             target = rows[i].hypothesis.split()
-            model.views[i] = View(target, np.array(rows[i].attention, dtype=float),
-                                  text=detokenise(target, scheme))
+            model.views[i] = View(
+                target, np.array(rows[i].attention, dtype=float), text=detokenise(target, scheme)
+            )
         if name in checkpoints:
             sources = [first[i].source for i in ids]
             hypotheses = [rows[i].hypothesis for i in ids]
             forced = force(args, checkpoints[name], sources, hypotheses)
             model.window = forced.window
-            model.note = ("maps and p_t" if forced.window else "maps") + \
-                " by forced decoding of its output"
+            model.note = (
+                "maps and p_t" if forced.window else "maps"
+            ) + " by forced decoding of its output"
             for i, f in zip(ids, forced.views):
                 model.views[i].attention, model.views[i].centers = f.attention, f.centers
         models.append(model)
@@ -304,8 +317,15 @@ def build_from_checkpoints(args, checkpoints) -> dict:
             model.views[i] = view
         models.append(model)
     records = [
-        sentence_record(i, p.source, detokenise(p.target, scheme), models, scheme,
-                        gold=None if gold is None else gold[i], with_scores=False)
+        sentence_record(
+            i,
+            p.source,
+            detokenise(p.target, scheme),
+            models,
+            scheme,
+            gold=None if gold is None else gold[i],
+            with_scores=False,
+        )
         for i, p in enumerate(pairs)
     ]
     return page_data(models, records, scheme, gold=gold is not None)
@@ -332,17 +352,33 @@ def main(argv=None):
     from .explore_page import render
 
     parser = tool_parser(__doc__)
-    parser.add_argument("models", nargs="*", metavar="NAME=GENERATE_OUTPUT",
-                        help="fairseq-generate --print-alignment soft output, one per model")
+    parser.add_argument(
+        "models",
+        nargs="*",
+        metavar="NAME=GENERATE_OUTPUT",
+        help="fairseq-generate --print-alignment soft output, one per model",
+    )
     parser.add_argument("--out", required=True, help="the HTML page to write")
-    parser.add_argument("--reference", help="raw reference text, one line per sentence id "
-                        "(default: the generate output's T- lines)")
-    parser.add_argument("--fairseq-lstm", action="append", default=[], metavar="NAME",
-                        help="this generate output comes from fairseq's lstm (its maps are "
-                        "re-ordered; repeatable)")
+    parser.add_argument(
+        "--reference",
+        help="raw reference text, one line per sentence id "
+        "(default: the generate output's T- lines)",
+    )
+    parser.add_argument(
+        "--fairseq-lstm",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="this generate output comes from fairseq's lstm (its maps are "
+        "re-ordered; repeatable)",
+    )
     parser.add_argument("--title", default="Attention explorer")
-    add_forced_args(parser, required=False, path_action="append",
-                    path_help="NAME=CHECKPOINT (repeatable; NAME=a.pt:b.pt for an ensemble)")
+    add_forced_args(
+        parser,
+        required=False,
+        path_action="append",
+        path_help="NAME=CHECKPOINT (repeatable; NAME=a.pt:b.pt for an ensemble)",
+    )
     group = parser.add_argument_group("gold alignments (with --path and --source/--target)")
     group.add_argument("--gold", help="gold links per sentence pair, as luong-aer reads them")
     group.add_argument("--gold-format", choices=FORMATS, default="auto")

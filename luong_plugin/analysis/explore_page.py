@@ -292,7 +292,10 @@ def render(data: dict, path: str, title: str = "Attention explorer") -> int:
     models = ", ".join(m["name"] for m in data["models"])
     summary = f"{len(data['sentences'])} sentences · models: {models} · pieces: {data['scheme']}"
     page = PAGE.format(
-        title=html.escape(title), summary=html.escape(summary), style=STYLE, script=SCRIPT,
+        title=html.escape(title),
+        summary=html.escape(summary),
+        style=STYLE,
+        script=SCRIPT,
         data=payload,
     )
     with open(path, "w", encoding="utf-8") as f:

@@ -47,8 +47,9 @@ class Forced:
     centers: Optional[np.ndarray]  # len(target) + 1: local-p's p_t, source-piece units
 
 
-def add_forced_args(parser: argparse.ArgumentParser, required: bool = True, path_help=None,
-                    path_action="store"):
+def add_forced_args(
+    parser: argparse.ArgumentParser, required: bool = True, path_help=None, path_action="store"
+):
     # fmt: off
     group = parser.add_argument_group("model and data (forced decoding)")
     group.add_argument("--path", required=required, action=path_action, help=path_help or
@@ -72,8 +73,9 @@ def add_forced_args(parser: argparse.ArgumentParser, required: bool = True, path
 
 
 def load_ensemble(paths: str, data: str, source_lang=None, target_lang=None):
-    import luong_plugin  # noqa: F401  (registers the models, allow-lists checkpoint globals)
     from fairseq import checkpoint_utils
+
+    import luong_plugin  # noqa: F401  (registers the models, allow-lists checkpoint globals)
 
     overrides = {"data": data}
     if source_lang:
@@ -112,7 +114,8 @@ def read_pairs(args, task, sources=None, targets=None) -> List[Pair]:
             targets = [" ".join(processor.encode(t, out_type=str)) for t in targets]
         return [
             Pair(
-                s.split(), t.split(),
+                s.split(),
+                t.split(),
                 src_dict.encode_line(s, add_if_not_exist=False, append_eos=True).long(),
                 tgt_dict.encode_line(t, add_if_not_exist=False, append_eos=True).long(),
             )

@@ -104,10 +104,17 @@ def main(argv=None):
     from .forced import add_forced_args
 
     parser = tool_parser(__doc__)
-    parser.add_argument("generate_output", nargs="?",
-                        help="fairseq-generate output file ('-' for stdin); or give --path")
-    parser.add_argument("--id", type=int, default=0,
-                        help="sentence id (the N of S-N), or line number (from 0) of the input")
+    parser.add_argument(
+        "generate_output",
+        nargs="?",
+        help="fairseq-generate output file ('-' for stdin); or give --path",
+    )
+    parser.add_argument(
+        "--id",
+        type=int,
+        default=0,
+        help="sentence id (the N of S-N), or line number (from 0) of the input",
+    )
     parser.add_argument("--out", required=True, help="PNG to write")
     parser.add_argument("--words", action="store_true", help="merge subword pieces into words")
     parser.add_argument("--title", help="picture title (default: the sentence id)")

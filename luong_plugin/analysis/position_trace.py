@@ -142,8 +142,9 @@ def main(argv=None):
     parser.add_argument("--data", help="fairseq data directory")
     parser.add_argument("--from-json", help="plot the rows of an earlier --json instead")
     parser.add_argument("--gen-subset", default="valid", help="binarized split to read")
-    parser.add_argument("--grad-batches", type=int, default=8,
-                        help="batches for the gradient share (0: skip it)")
+    parser.add_argument(
+        "--grad-batches", type=int, default=8, help="batches for the gradient share (0: skip it)"
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--png", help="plot the rows over updates here")

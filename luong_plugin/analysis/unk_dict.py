@@ -53,8 +53,12 @@ def main(argv=None):
     parser = tool_parser(__doc__)
     add_forced_args(parser)
     parser.add_argument("--out", required=True, help="dictionary file to write")
-    parser.add_argument("--min-count", type=int, default=1,
-                        help="keep a source word only if its best target was linked this often")
+    parser.add_argument(
+        "--min-count",
+        type=int,
+        default=1,
+        help="keep a source word only if its best target was linked this often",
+    )
     args = parser.parse_args(argv)
     if args.min_count < 1:
         parser.error(f"--min-count {args.min_count}: expected 1 or more")
@@ -72,8 +76,9 @@ def main(argv=None):
                 f.write(f"{source} {target}\n")
     except (OSError, ValueError) as e:
         parser.error(str(e))
-    print(f"{args.out}: {len(entries)} source words from {len(pairs)} sentence pairs",
-          file=sys.stderr)
+    print(
+        f"{args.out}: {len(entries)} source words from {len(pairs)} sentence pairs", file=sys.stderr
+    )
 
 
 if __name__ == "__main__":

@@ -137,9 +137,7 @@ def read_module(modules, name):
         for books in bible.get_structure().get_books().values():
             for book in books:
                 for chapter in range(1, book.num_chapters + 1):
-                    texts = bible.get_iter(
-                        books=book.name, chapters=chapter, clean=False
-                    )
+                    texts = bible.get_iter(books=book.name, chapters=chapter, clean=False)
                     for verse, text in enumerate(texts, start=1):
                         verses[(book.osis_name, chapter, verse)] = text
     return verses

@@ -6,12 +6,9 @@ import collections
 import html
 import re
 
-
 # -------------------------------------------------------------------------- markup
 
-_BOOK_END = re.compile(
-    r'<div\b(?=[^>]*\beID=)(?=[^>]*\btype="book")[^>]*/>.*', re.DOTALL
-)
+_BOOK_END = re.compile(r'<div\b(?=[^>]*\beID=)(?=[^>]*\btype="book")[^>]*/>.*', re.DOTALL)
 _NOTE = re.compile(r"<note\b[^>]*>.*?</note>", re.DOTALL)
 _SPEAKER = re.compile(r"<speaker\b[^>]*>.*?</speaker>", re.DOTALL)
 _TITLE = re.compile(r"<title\b([^>]*)>(.*?)</title>", re.DOTALL)

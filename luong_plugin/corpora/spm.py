@@ -91,9 +91,7 @@ def fairseq_dict(model, output_path):
     processor = spm.SentencePieceProcessor(model_file=model)
     with open(output_path, "w", encoding="utf-8") as f:
         for piece_id in range(processor.get_piece_size()):
-            if not processor.is_unknown(piece_id) and not processor.is_control(
-                piece_id
-            ):
+            if not processor.is_unknown(piece_id) and not processor.is_control(piece_id):
                 f.write(f"{processor.id_to_piece(piece_id)} 1\n")
 
 

@@ -55,7 +55,12 @@ import urllib.request
 if __package__:
     from luong_plugin.corpora import wmt_run
     from luong_plugin.corpora.wmt_recipes import (  # noqa: F401  (wmt.RECIPES etc.)
-        ARCHIVES, EUROPARL, RECIPES, Parallel, Recipe, get_recipe,
+        ARCHIVES,
+        EUROPARL,
+        RECIPES,
+        Parallel,
+        Recipe,
+        get_recipe,
     )
 else:  # run as a script (the recipes do): keeps fairseq's import out of this process
     import wmt_run
@@ -74,8 +79,10 @@ def missing_files(recipe, raw_dir):
 
 
 def missing_message(missing, raw_dir):
-    lines = [f"--raw-dir {raw_dir} lacks the raw WMT files below. Extract these archives "
-             "there (paths as in the archives), or leave out --raw-dir to download them:"]
+    lines = [
+        f"--raw-dir {raw_dir} lacks the raw WMT files below. Extract these archives "
+        "there (paths as in the archives), or leave out --raw-dir to download them:"
+    ]
     for name, paths in missing.items():
         lines.append(f"  {ARCHIVES[name].url}: {', '.join(paths)}")
     return "\n".join(lines)
@@ -225,9 +232,10 @@ def _write_split(pairs, out_prefix, recipe, workers, max_len=None, counts=None):
     """Tokenize and write ``out_prefix.{src,tgt}``; with ``max_len``, filter and
     count words. Returns ``(read, kept)``."""
     read = kept = 0
-    with open(f"{out_prefix}.{recipe.src}", "w", encoding="utf-8") as fs, open(
-        f"{out_prefix}.{recipe.tgt}", "w", encoding="utf-8"
-    ) as ft:
+    with (
+        open(f"{out_prefix}.{recipe.src}", "w", encoding="utf-8") as fs,
+        open(f"{out_prefix}.{recipe.tgt}", "w", encoding="utf-8") as ft,
+    ):
         for s, t in tokenize_pairs(pairs, recipe.src, recipe.tgt, workers):
             read += 1
             s_words, t_words = s.split(), t.split()

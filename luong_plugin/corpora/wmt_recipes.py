@@ -75,20 +75,25 @@ class Recipe:
         return self.files(self.train + self.valid + (self.test,))
 
 
-EUROPARL = Parallel("europarl-v7", "training-parallel-europarl-v7.tgz",
-                    "training/europarl-v7.{pair}.{lang}")
-COMMONCRAWL = Parallel("commoncrawl", "training-parallel-commoncrawl.tgz",
-                       "commoncrawl.{pair}.{lang}")
-NEWS_COMMENTARY = Parallel("news-commentary-v9", "training-parallel-nc-v9.tgz",
-                           "training/news-commentary-v9.{pair}.{lang}")
+EUROPARL = Parallel(
+    "europarl-v7", "training-parallel-europarl-v7.tgz", "training/europarl-v7.{pair}.{lang}"
+)
+COMMONCRAWL = Parallel(
+    "commoncrawl", "training-parallel-commoncrawl.tgz", "commoncrawl.{pair}.{lang}"
+)
+NEWS_COMMENTARY = Parallel(
+    "news-commentary-v9", "training-parallel-nc-v9.tgz", "training/news-commentary-v9.{pair}.{lang}"
+)
 UN = Parallel("un", "training-parallel-un.tgz", "un/undoc.2000.{pair}.{lang}")
 GIGA = Parallel("giga-fren", "training-giga-fren.tar", "giga-fren.release2.fixed.{lang}.gz")
 NEWSTEST2012 = Parallel("newstest2012", "dev.tgz", "dev/newstest2012.{lang}")
 NEWSTEST2013 = Parallel("newstest2013", "dev.tgz", "dev/newstest2013.{lang}")
-NEWSTEST2014_DE = Parallel("newstest2014", "test-filtered.tgz",
-                           "test/newstest2014-deen-{side}.{lang}.sgm", sgml=True)
-NEWSTEST2014_FR = Parallel("newstest2014", "test-filtered.tgz",
-                           "test/newstest2014-fren-{side}.{lang}.sgm", sgml=True)
+NEWSTEST2014_DE = Parallel(
+    "newstest2014", "test-filtered.tgz", "test/newstest2014-deen-{side}.{lang}.sgm", sgml=True
+)
+NEWSTEST2014_FR = Parallel(
+    "newstest2014", "test-filtered.tgz", "test/newstest2014-fren-{side}.{lang}.sgm", sgml=True
+)
 NEWSTEST2015_DE = Parallel("newstest2015", "test.tgz",
                            "test/newstest2015-deen-{side}.{lang}.sgm", sgml=True)  # fmt: skip
 

@@ -33,18 +33,12 @@ ReadoutChoice = ChoiceEnum(list(READOUT_STATES))
 
 @dataclass
 class BahdanauConfig(FairseqDataclass):
-    encoder_embed_dim: int = field(
-        default=620, metadata={"help": "m: source embedding dim"}
-    )
+    encoder_embed_dim: int = field(default=620, metadata={"help": "m: source embedding dim"})
     encoder_hidden_size: int = field(
         default=1000, metadata={"help": "n: encoder GRU units per direction"}
     )
-    decoder_embed_dim: int = field(
-        default=620, metadata={"help": "m: target embedding dim"}
-    )
-    decoder_hidden_size: int = field(
-        default=1000, metadata={"help": "n: decoder GRU units"}
-    )
+    decoder_embed_dim: int = field(default=620, metadata={"help": "m: target embedding dim"})
+    decoder_hidden_size: int = field(default=1000, metadata={"help": "n: decoder GRU units"})
     attention_dim: int = field(
         default=1000, metadata={"help": "n': hidden units of the alignment model"}
     )
@@ -52,9 +46,7 @@ class BahdanauConfig(FairseqDataclass):
         default=500,
         metadata={"help": "l: maxout units of the deep output (after pooling)"},
     )
-    maxout_pool: int = field(
-        default=2, metadata={"help": "units pooled by each maxout unit"}
-    )
+    maxout_pool: int = field(default=2, metadata={"help": "units pooled by each maxout unit"})
     readout_state: ReadoutChoice = field(
         default="previous",
         metadata={
@@ -75,7 +67,8 @@ class BahdanauConfig(FairseqDataclass):
     )
     precision: PrecisionChoice = precision_field()
     max_source_positions: int = field(
-        default=1024, metadata={"help": "longest source (the task's limit: the GRUs read any length)"}
+        default=1024,
+        metadata={"help": "longest source (the task's limit: the GRUs read any length)"},
     )
     max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
 
@@ -165,8 +158,6 @@ class BahdanauModel(PluginModel):
         set_precision(model, cfg.precision)
         init_bahdanau_(model)
         return model
-
-
 
 
 def init_bahdanau_(model: nn.Module) -> None:

@@ -99,7 +99,9 @@ def fill_defaults(args, values: dict) -> None:
 def plain_options(cfg, config_cls) -> argparse.Namespace:
     """A model's options read once from a Namespace or a DictConfig, fairseq's
     ChoiceEnum members as their strings: the one place the plugin unwraps them."""
-    return argparse.Namespace(**{f.name: _plain(safe_getattr(cfg, f.name)) for f in fields(config_cls)})
+    return argparse.Namespace(
+        **{f.name: _plain(safe_getattr(cfg, f.name)) for f in fields(config_cls)}
+    )
 
 
 def _plain(value):

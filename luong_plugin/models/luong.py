@@ -14,8 +14,8 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import register_model
 
 from ..modules.attention import LuongAttention
-from ..modules.luong_decoder import LuongDecoder
 from ..modules.lstm_encoder import LuongEncoder
+from ..modules.luong_decoder import LuongDecoder
 from ..modules.options import VALUE_RULES, OptionError, check_values
 from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import SCORES
@@ -300,8 +300,6 @@ def _has_option(cfg, name: str) -> bool:
         return hasattr(cfg, name)
 
 
-
-
 def init_uniform_(model: nn.Module, init_range: float) -> None:
     """§4.1: all parameters uniform in [-init_range, init_range]; padding rows zero."""
     for param in model.parameters():
@@ -328,18 +326,24 @@ ARCHS = {
     "luong_global_location_wmt_en_de": dict(
         ATTENTIONAL, attention_window="global", attention_score="location"
     ),
-    "luong_global_dot_wmt_en_de": dict(ATTENTIONAL, attention_window="global", attention_score="dot"),
+    "luong_global_dot_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="global", attention_score="dot"
+    ),
     "luong_global_general_wmt_en_de": dict(
         ATTENTIONAL, attention_window="global", attention_score="general"
     ),
     "luong_global_concat_wmt_en_de": dict(
         ATTENTIONAL, attention_window="global", attention_score="concat"
     ),
-    "luong_local_m_dot_wmt_en_de": dict(ATTENTIONAL, attention_window="local-m", attention_score="dot"),
+    "luong_local_m_dot_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="local-m", attention_score="dot"
+    ),
     "luong_local_m_general_wmt_en_de": dict(
         ATTENTIONAL, attention_window="local-m", attention_score="general"
     ),
-    "luong_local_p_dot_wmt_en_de": dict(ATTENTIONAL, attention_window="local-p", attention_score="dot"),
+    "luong_local_p_dot_wmt_en_de": dict(
+        ATTENTIONAL, attention_window="local-p", attention_score="dot"
+    ),
     "luong_local_p_general_wmt_en_de": dict(ATTENTIONAL),
     # tiny, for tests: every option still selectable
     "luong_tiny": dict(

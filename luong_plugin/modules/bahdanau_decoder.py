@@ -53,10 +53,10 @@ from torch import Tensor
 from .attention import attend
 from .dropout import named_dropout
 from .gru import PaperGRU
+from .incremental import CachedStateDecoder
 from .maxout import Maxout
 from .options import lookup
 from .precision import at_least_fp32, mixed_precision, step_attention_precision
-from .incremental import CachedStateDecoder
 from .scores import ConcatScore
 from .source import attention_to_src_layout
 
@@ -124,9 +124,7 @@ class BahdanauDecoder(CachedStateDecoder):
         features_only: bool = False,
         **unused,
     ):
-        features, extra = self.extract_features(
-            prev_output_tokens, encoder_out, incremental_state
-        )
+        features, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
         if features_only:
             return features, extra
         return self.output_layer(features), extra
@@ -194,4 +192,3 @@ class BahdanauDecoder(CachedStateDecoder):
             excluded = encoder_out["src_pad_mask"].unsqueeze(1)  # B x 1 x S
             context, prob = attend(scores, excluded, None, values)
         return context.squeeze(1), prob.squeeze(1)  # B x A, B x S
-

@@ -66,9 +66,7 @@ class GRUEncoder(SourceEncoder):
         self.output_dim = 2 * hidden_size if bidirectional else hidden_size
 
     @mixed_precision
-    def forward(
-        self, src_tokens: Tensor, src_lengths: Tensor = None
-    ) -> Dict[str, Tensor]:
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor = None) -> Dict[str, Tensor]:
         layout = self.layout(src_tokens)
         tokens = layout.to_true_order(src_tokens)  # B x S, right-padded
         x = self.dropout(self.embed_tokens(tokens))  # B x S x m: E x_j

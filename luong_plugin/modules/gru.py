@@ -56,9 +56,7 @@ class PaperGRU(nn.Module):
         h_tilde = torch.tanh(cand_in + self.U(r * h).to(state))  # h̃_i
         return (1 - z) * h + z * h_tilde  # B x n: h_i
 
-    def forward(
-        self, x: Tensor, lengths: Tensor, reverse: bool = False
-    ) -> Tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, lengths: Tensor, reverse: bool = False) -> Tuple[Tensor, Tensor]:
         """Run over right-padded x (B x S x C), each row only over its S_b tokens.
 
         The state is frozen past each sentence's end, so padding never enters

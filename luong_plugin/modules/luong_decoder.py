@@ -115,9 +115,7 @@ class LuongDecoder(CachedStateDecoder):
     # -- forward -----------------------------------------------------------
     @mixed_precision
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
-        features, extra = self.extract_features(
-            prev_output_tokens, encoder_out, incremental_state
-        )
+        features, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
         return self.output_layer(features), extra
 
     def output_projection(self) -> nn.Linear:
@@ -238,4 +236,3 @@ class LuongDecoder(CachedStateDecoder):
         else:
             attn_vec = torch.tanh(combine.addmm(None, joint.squeeze(1))).unsqueeze(1)  # B x 1 x O
         return attn_vec, prob, extras.get("p_t")
-

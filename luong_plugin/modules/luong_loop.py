@@ -116,8 +116,12 @@ def run(
             )
             below = hiddens[k]
         attn_vec, prob, center = decoder.attend(
-            below.unsqueeze(1), state.get("proj_keys"), encoder_out, steps[t : t + 1],
-            combine, position,
+            below.unsqueeze(1),
+            state.get("proj_keys"),
+            encoder_out,
+            steps[t : t + 1],
+            combine,
+            position,
         )  # B x 1 x O, B x 1 x S, B x 1
         if feed and decoder.dropout_placement == "fairseq":
             attn_vec = decoder.dropout(attn_vec)  # to W_s and fed back

@@ -97,7 +97,9 @@ class ConcatScore(nn.Module):
 
     OPTIONS = ("attention_dim",)
 
-    def __init__(self, query_dim: int, key_dim: int, attention_dim: int = 0, key_bias: bool = False):
+    def __init__(
+        self, query_dim: int, key_dim: int, attention_dim: int = 0, key_bias: bool = False
+    ):
         super().__init__()
         attention_dim = attention_dim or query_dim
         self.W_q = nn.Linear(query_dim, attention_dim, bias=False)  # W_a (Bahdanau)
@@ -166,5 +168,3 @@ def build_score(name: str, query_dim: int, key_dim: int, **options) -> nn.Module
     """The score ``name``, given those of ``options`` it takes (its ``OPTIONS``)."""
     score = lookup("--attention-score", SCORES, name)
     return score(query_dim, key_dim, **{k: v for k, v in options.items() if k in score.OPTIONS})
-
-

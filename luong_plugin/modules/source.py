@@ -77,8 +77,6 @@ def attention_to_src_layout(attn: Tensor, order: Tensor) -> Tensor:
 def reorder_batch(state: dict, new_order: Tensor, batch_dims: dict) -> dict:
     """index_select every tensor of ``state`` along its documented batch dim."""
     return {
-        key: value.index_select(batch_dims[key], new_order)
-        if isinstance(value, Tensor)
-        else value
+        key: value.index_select(batch_dims[key], new_order) if isinstance(value, Tensor) else value
         for key, value in state.items()
     }

@@ -21,7 +21,6 @@ from torch import Tensor
 from .dropout import named_dropout
 from .source import SourceLayout, reorder_batch
 
-
 # the keys of ``layout_fields`` and their batch dimension
 LAYOUT_BATCH_DIMS = {"src_pad_mask": 0, "src_lengths": 0, "src_order": 0}
 

@@ -145,7 +145,8 @@ class _LocalWindow(nn.Module):
 
     def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor, weights=None):
         """``Centre(p_t, mid)``: p_t (the extras' value) and the integer window
-        centre, B x T each. ``weights``: ``loop_weights()``'s, inside the decoder's per-step loop."""
+        centre, B x T each. ``weights``: ``loop_weights()``'s, inside the decoder's per-step loop.
+        """
         raise NotImplementedError
 
     def prior(self, p_t: Tensor, positions: Tensor):
@@ -305,8 +306,12 @@ class LocalPredictiveWindow(_LocalWindow):
         if weights is not None:  # one step of the decoder's loop in training (T = 1)
             lengths = src_lengths.unsqueeze(1).to(weights.v_p.weight_t.dtype)  # B x 1: S_b
             p_t = _PositionStep.apply(
-                query.squeeze(1), weights.W_p.weight_t, weights.v_p.weight_t, lengths,
-                self.logit_bound, weights,
+                query.squeeze(1),
+                weights.W_p.weight_t,
+                weights.v_p.weight_t,
+                lengths,
+                self.logit_bound,
+                weights,
             )  # B x 1: eq. (9)
         else:
             logit = self.logit(query)  # B x T

@@ -113,7 +113,7 @@ def cell(values, fmt="{:.2f}"):
     if not values:
         return "not run"
     if len(values) == 1:
-        (seed, value), = values.items()
+        ((seed, value),) = values.items()
         return f"{fmt.format(value)} (seed {seed})"
     mean = sum(values.values()) / len(values)
     return f"{fmt.format(mean)} ({' / '.join(fmt.format(v) for _, v in sorted(values.items()))})"
@@ -153,12 +153,17 @@ def render(path: str) -> None:
     seeds = sorted({1, 2} | {s for _, s in results})
     todo = [f"`{n}` seed {s}" for s in seeds for n in RUNS if n in wanted and (n, s) not in results]
     lines += ["", "Valid perplexity at each epoch end (equal updates within a seed):", ""]
-    for (name, seed), r in sorted(results.items(), key=lambda kv: (kv[0][1], list(RUNS).index(kv[0][0]))):
+    for (name, seed), r in sorted(
+        results.items(), key=lambda kv: (kv[0][1], list(RUNS).index(kv[0][0]))
+    ):
         curve = ", ".join(f"{u}: {p:.2f}" for u, p in r["valid_ppl"].items())
         lines.append(f"- `{name}` seed {seed} ({r['started']}, commit {r['commit']}): {curve}")
     if results:
         r = next(iter(results.values()))
-        lines += ["", f"Signatures: `{r['bleu_signature']}` (BLEU), `{r['chrf_signature']}` (chrF2)."]
+        lines += [
+            "",
+            f"Signatures: `{r['bleu_signature']}` (BLEU), `{r['chrf_signature']}` (chrF2).",
+        ]
     if todo:
         lines += ["", "Not run yet: " + ", ".join(todo) + "."]
     with open(path, "w") as f:
@@ -167,8 +172,14 @@ def render(path: str) -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", nargs="+", default=DEFAULT_RUNS, choices=list(RUNS),
-                        metavar="NAME", help=f"runs, in this order per seed, of: {', '.join(RUNS)}")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=DEFAULT_RUNS,
+        choices=list(RUNS),
+        metavar="NAME",
+        help=f"runs, in this order per seed, of: {', '.join(RUNS)}",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--minutes", type=float, default=15)
     parser.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"))
@@ -178,7 +189,9 @@ def main(argv=None):
     if args.minutes <= 0:
         parser.error(f"--minutes must be > 0, got {args.minutes}")
     if not args.render_only:
-        todo = [(n, s) for s in args.seeds for n in args.runs if not os.path.exists(result_path(n, s))]
+        todo = [
+            (n, s) for s in args.seeds for n in args.runs if not os.path.exists(result_path(n, s))
+        ]
         for i, (name, seed) in enumerate(todo, 1):
             print(f"[{i}/{len(todo)}] {name} seed {seed}: about {args.minutes:g} minutes "
                   f"of training ({time.strftime('%H:%M')})", flush=True)  # fmt: skip

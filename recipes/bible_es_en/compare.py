@@ -68,7 +68,8 @@ RUNS = {
         GLOBAL + OURS["eos-first"] + OURS["zaremba"],
     ),
     "global-rev-words": (
-        "global, words reversed, `</s>` last", GLOBAL + OURS["rev-words"] + OURS["zaremba"]
+        "global, words reversed, `</s>` last",
+        GLOBAL + OURS["rev-words"] + OURS["zaremba"],
     ),
     "global-forward": ("global, not reversed", GLOBAL + OURS["forward"] + OURS["zaremba"]),
     "global-forward-fairseq-dropout": (
@@ -101,7 +102,9 @@ RUNS = {
     ),
     "local-p-forward-renorm": (
         "`local-p-luong-renorm`, not reversed",
-        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
         + ["--renormalize-window"],
     ),
     "global-forward-luong": (
@@ -115,23 +118,38 @@ RUNS = {
     ),
     "local-p-forward-renorm-d14": (
         "`local-p-forward-renorm` with D = 14 pieces (the paper's 10 words, in pieces)",
-        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
         + ["--renormalize-window", "--window-size", "14"],
     ),
     "local-p-forward-renorm-whole": (
         "`local-p-forward-renorm` with D = 200: a window and a Gaussian wider than any verse",
-        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
         + ["--renormalize-window", "--window-size", "200"],
     ),
     "local-m-forward": (
         "local-m (general), D = 10, with `global-forward-luong`'s conventions",
-        GLOBAL[:3] + ["local-m", "--attention-score", "general", "--window-size", "10",
-                      "--input-feeding", "--no-reverse-source", "--no-attend-source-eos"]
+        GLOBAL[:3]
+        + [
+            "local-m",
+            "--attention-score",
+            "general",
+            "--window-size",
+            "10",
+            "--input-feeding",
+            "--no-reverse-source",
+            "--no-attend-source-eos",
+        ]
         + OURS["luong"],
     ),
     "local-p-forward-renorm-lr0.1": (
         "`local-p-forward-renorm`, `--position-lr-scale 0.1`",
-        LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"]
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
         + ["--renormalize-window", "--position-lr-scale", "0.1"],
     ),
 }
@@ -141,7 +159,9 @@ def describe_commit() -> str:
     """The commit the run trains, ``+dirty`` when the package has uncommitted changes."""
     git = ["git", "-C", REPO]
     head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(git + ["status", "--porcelain", "luong_plugin"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        git + ["status", "--porcelain", "luong_plugin"], capture_output=True, text=True
+    )
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
@@ -253,7 +273,9 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
     for name, (what, _) in RUNS.items():
         seeds = sorted(s for n, s in results if n == name)
         if not seeds:
-            lines.append(f"| `{name}` | {what} | " + " | ".join("not run" for _ in checkpoints) + " |")
+            lines.append(
+                f"| `{name}` | {what} | " + " | ".join("not run" for _ in checkpoints) + " |"
+            )
             continue
         cells = []
         for c in checkpoints:
@@ -262,7 +284,7 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
             if not values:
                 cells.append("")
             elif len(values) == 1:
-                (seed, value), = values.items()
+                ((seed, value),) = values.items()
                 cells.append(f"{value:.2f} (seed {seed})")
             else:
                 mean = sum(values.values()) / len(values)
@@ -281,13 +303,23 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS),
-                        metavar="NAME", help=f"runs to train, of: {', '.join(RUNS)}")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=list(RUNS),
+        choices=list(RUNS),
+        metavar="NAME",
+        help=f"runs to train, of: {', '.join(RUNS)}",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--updates", type=int, default=2000)
     parser.add_argument("--validate-every", type=int, default=500)
-    parser.add_argument("--save-every", type=int, default=0,
-                        help="keep a checkpoint every N updates (0: none), for luong-position-trace")
+    parser.add_argument(
+        "--save-every",
+        type=int,
+        default=0,
+        help="keep a checkpoint every N updates (0: none), for luong-position-trace",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once")
     parser.add_argument("--threads", type=int, default=1, help="threads per run")
     parser.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"))
@@ -299,7 +331,9 @@ def main(argv=None):
         parser.error("--updates, --jobs and --threads must be >= 1")
 
     if not args.render_only:
-        todo = [(n, s) for s in args.seeds for n in args.runs if not os.path.exists(result_path(n, s))]
+        todo = [
+            (n, s) for s in args.seeds for n in args.runs if not os.path.exists(result_path(n, s))
+        ]
         print(f"{len(todo)} runs to train, {args.jobs} at once", flush=True)
 
         def one(item):

@@ -34,9 +34,6 @@ from concurrent.futures import ThreadPoolExecutor
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from luong_plugin.analysis.generate_output import decode_pieces, parse_generate  # noqa: E402
-from luong_plugin.analysis.report import score  # noqa: E402
-
 from ladder_rows import (  # noqa: E402  (this directory: the script's own)
     BAHDANAU,
     ENSEMBLE,
@@ -48,27 +45,61 @@ from ladder_rows import (  # noqa: E402  (this directory: the script's own)
     TABLE4_LABELS,
 )
 
+from luong_plugin.analysis.generate_output import decode_pieces, parse_generate  # noqa: E402
+from luong_plugin.analysis.report import score  # noqa: E402
+
 
 def dims(arch: str, dim: int):
     """The size options that scale one arch family down to ``dim`` units."""
     if arch == "lstm":
         return [
-            "--encoder-layers", "1", "--decoder-layers", "1",
-            "--encoder-embed-dim", dim, "--encoder-hidden-size", dim,
-            "--decoder-embed-dim", dim, "--decoder-hidden-size", dim,
-            "--decoder-out-embed-dim", dim, "--dropout", "0.2",
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            dim,
+            "--encoder-hidden-size",
+            dim,
+            "--decoder-embed-dim",
+            dim,
+            "--decoder-hidden-size",
+            dim,
+            "--decoder-out-embed-dim",
+            dim,
+            "--dropout",
+            "0.2",
         ]
     if arch.startswith("bahdanau"):
         return [
-            "--encoder-embed-dim", dim, "--encoder-hidden-size", dim,
-            "--decoder-embed-dim", dim, "--decoder-hidden-size", dim,
-            "--attention-dim", dim, "--maxout-dim", dim // 2,
+            "--encoder-embed-dim",
+            dim,
+            "--encoder-hidden-size",
+            dim,
+            "--decoder-embed-dim",
+            dim,
+            "--decoder-hidden-size",
+            dim,
+            "--attention-dim",
+            dim,
+            "--maxout-dim",
+            dim // 2,
         ]
     return [
-        "--encoder-layers", "1", "--decoder-layers", "1",
-        "--encoder-embed-dim", dim, "--encoder-hidden-size", dim,
-        "--decoder-embed-dim", dim, "--decoder-hidden-size", dim,
-        "--decoder-out-embed-dim", dim,
+        "--encoder-layers",
+        "1",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        dim,
+        "--encoder-hidden-size",
+        dim,
+        "--decoder-embed-dim",
+        dim,
+        "--decoder-hidden-size",
+        dim,
+        "--decoder-out-embed-dim",
+        dim,
     ]
 
 
@@ -76,8 +107,9 @@ def run(cmd, log_path, threads):
     """Run ``cmd`` to completion; returns its CPU seconds (user + system)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT,
-                                env=env, cwd=REPO)
+        proc = subprocess.Popen(
+            [str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO
+        )
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -123,15 +155,46 @@ class Ladder:
         if "local_p" in arch and "--position-logit-bound" not in extra:
             extra = [*extra, "--position-logit-bound", str(a.position_logit_bound)]
         cmd = [
-            self.tool("fairseq-train"), self.bin, "--source-lang", "es", "--target-lang", "en",
-            "--user-dir", os.path.join(REPO, "luong_plugin"), "--arch", arch,
-            *dims(arch, a.dim), *extra,
-            "--optimizer", "adam", "--lr", a.lr, "--clip-norm", "1.0",
-            "--criterion", "cross_entropy", "--max-tokens", a.max_tokens,
-            "--max-update", a.updates, "--validate-interval-updates", a.updates // 2,
-            "--save-dir", save_dir, "--no-epoch-checkpoints", "--keep-best-checkpoints", "0",
-            "--seed", a.seed, "--num-workers", "0", "--no-progress-bar",
-            "--log-format", "simple", "--log-interval", "50",
+            self.tool("fairseq-train"),
+            self.bin,
+            "--source-lang",
+            "es",
+            "--target-lang",
+            "en",
+            "--user-dir",
+            os.path.join(REPO, "luong_plugin"),
+            "--arch",
+            arch,
+            *dims(arch, a.dim),
+            *extra,
+            "--optimizer",
+            "adam",
+            "--lr",
+            a.lr,
+            "--clip-norm",
+            "1.0",
+            "--criterion",
+            "cross_entropy",
+            "--max-tokens",
+            a.max_tokens,
+            "--max-update",
+            a.updates,
+            "--validate-interval-updates",
+            a.updates // 2,
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--keep-best-checkpoints",
+            "0",
+            "--seed",
+            a.seed,
+            "--num-workers",
+            "0",
+            "--no-progress-bar",
+            "--log-format",
+            "simple",
+            "--log-interval",
+            "50",
         ]
         if arch.startswith("luong"):
             cmd += ["--window-size", a.window_size]
@@ -141,10 +204,13 @@ class Ladder:
         start = time.time()
         cpu = run(cmd, os.path.join(save_dir, "train.log"), a.threads)
         self.results[name] = {
-            "arch": arch, "extra": extra, "wall_s": round(time.time() - start),
+            "arch": arch,
+            "extra": extra,
+            "wall_s": round(time.time() - start),
             "cpu_s": round(cpu),
             "valid_ppl": valid_ppl(os.path.join(save_dir, "train.log")),
-            "updates": a.updates, "seed": a.seed,
+            "updates": a.updates,
+            "seed": a.seed,
             "precision": "fp32" if arch == "lstm" else a.precision,
         }
         self.save()
@@ -154,10 +220,16 @@ class Ladder:
         """The SentencePiece-encoded test set as fairseq's raw text dataset."""
         raw = os.path.join(self.args.runs, "raw_pieces")
         os.makedirs(raw, exist_ok=True)
-        links = {f"test.es-en.{lang}": os.path.join(self.args.data, "spm", f"test.{lang}")
-                 for lang in ("es", "en")}
-        links.update({f"dict.{lang}.txt": os.path.join(self.bin, f"dict.{lang}.txt")
-                      for lang in ("es", "en")})
+        links = {
+            f"test.es-en.{lang}": os.path.join(self.args.data, "spm", f"test.{lang}")
+            for lang in ("es", "en")
+        }
+        links.update(
+            {
+                f"dict.{lang}.txt": os.path.join(self.bin, f"dict.{lang}.txt")
+                for lang in ("es", "en")
+            }
+        )
         for name, target in links.items():
             link = os.path.join(raw, name)
             if not os.path.islink(link):
@@ -171,11 +243,28 @@ class Ladder:
             return entry
         out = os.path.join(self.args.runs, key.replace("/", "_") + ".gen.txt")
         cmd = [
-            self.tool("fairseq-generate"), self.bin, "--source-lang", "es",
-            "--target-lang", "en", "--user-dir", os.path.join(REPO, "luong_plugin"),
-            "--path", ":".join(paths), "--gen-subset", "test", "--beam", "5",
-            "--batch-size", "64", "--required-batch-size-multiple", "1",
-            "--max-len-a", "1.2", "--max-len-b", "10",
+            self.tool("fairseq-generate"),
+            self.bin,
+            "--source-lang",
+            "es",
+            "--target-lang",
+            "en",
+            "--user-dir",
+            os.path.join(REPO, "luong_plugin"),
+            "--path",
+            ":".join(paths),
+            "--gen-subset",
+            "test",
+            "--beam",
+            "5",
+            "--batch-size",
+            "64",
+            "--required-batch-size-multiple",
+            "1",
+            "--max-len-a",
+            "1.2",
+            "--max-len-b",
+            "10",
         ]
         if replace_unk:  # fairseq copies source words only from a raw text dataset
             cmd[1] = self.raw_pieces()
@@ -186,12 +275,17 @@ class Ladder:
         hypotheses = parse_generate(open(out, encoding="utf-8").read())
         references = [line.rstrip("\n") for line in open(self.reference, encoding="utf-8")]
         if len(hypotheses) != len(references):
-            raise SystemExit(f"{out}: {len(hypotheses)} hypotheses for {len(references)} references")
+            raise SystemExit(
+                f"{out}: {len(hypotheses)} hypotheses for {len(references)} references"
+            )
         texts = [decode_pieces(hypotheses[i].hypothesis) for i in range(len(references))]
         (bleu, bleu_sig), (chrf, chrf_sig) = score(texts, references)
         entry.update(
-            bleu=round(bleu.score, 2), chrf=round(chrf.score, 2), bleu_signature=str(bleu_sig),
-            chrf_signature=str(chrf_sig), decode_s=round(time.time() - start),
+            bleu=round(bleu.score, 2),
+            chrf=round(chrf.score, 2),
+            bleu_signature=str(bleu_sig),
+            chrf_signature=str(chrf_sig),
+            decode_s=round(time.time() - start),
             unk_in_output=sum(h.hypothesis.split().count("<unk>") for h in hypotheses.values()),
         )
         self.save()
@@ -202,9 +296,12 @@ class Ladder:
 
     def all(self):
         a = self.args
-        rows = [(name, arch, extra) for table in (LUONG, BAHDANAU, PEER)
-                for name, (arch, extra, _label) in table.items()
-                if not a.only or name in a.only]
+        rows = [
+            (name, arch, extra)
+            for table in (LUONG, BAHDANAU, PEER)
+            for name, (arch, extra, _label) in table.items()
+            if not a.only or name in a.only
+        ]
         with ThreadPoolExecutor(max_workers=a.jobs) as pool:  # each job is a process
             for future in [pool.submit(self.one, *row) for row in rows]:
                 future.result()
@@ -240,13 +337,26 @@ def target_tokens(data):
 def simple_table(r, rows, title, intro, paper, paper_columns):
     """Markdown lines of one table: ppl, BLEU, chrF and times of ``rows``, then the paper's."""
     header = ["Model", "Ppl", "BLEU", "chrF2", "train wall / CPU (s)", *paper_columns]
-    lines = ["", f"## {title}", "", *intro, *([""] if intro else []),
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        "",
+        f"## {title}",
+        "",
+        *intro,
+        *([""] if intro else []),
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for name, (_arch, _extra, label) in rows.items():
         e = r.get(name, {})
         if "bleu" in e:
-            cells = [label, fmt(e.get("valid_ppl")), f"{e['bleu']:.2f}", f"{e['chrf']:.2f}",
-                     f"{e['wall_s']} / {e['cpu_s']}", *paper.get(name, ())]
+            cells = [
+                label,
+                fmt(e.get("valid_ppl")),
+                f"{e['bleu']:.2f}",
+                f"{e['chrf']:.2f}",
+                f"{e['wall_s']} / {e['cpu_s']}",
+                *paper.get(name, ()),
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -286,8 +396,14 @@ def write_results(results, args, path):
         "|---|---|---|---|---|---|---|",
     ]
     previous = None
-    for name in ["base", "base_reverse", "base_reverse_dropout", "global_location_no_feed",
-                 "global_location", "local_p_general"]:
+    for name in [
+        "base",
+        "base_reverse",
+        "base_reverse_dropout",
+        "global_location_no_feed",
+        "global_location",
+        "local_p_general",
+    ]:
         e = r.get(name, {})
         if "bleu" not in e:
             continue
@@ -331,10 +447,15 @@ def write_results(results, args, path):
             f"{e['wall_s']} / {e['cpu_s']} | {' | '.join(paper)} |"
         )
     lines += simple_table(
-        r, BAHDANAU, "Bahdanau et al.: RNNsearch vs RNNencdec",
-        ["Both without dropout, as in the paper; the paper columns are the -50 models (trained",
-         "on sentences of up to 50 words), on all test sentences and on those without unknown words."],
-        PAPER_BAHDANAU, ["paper BLEU (All)", "paper BLEU (No UNK)"],
+        r,
+        BAHDANAU,
+        "Bahdanau et al.: RNNsearch vs RNNencdec",
+        [
+            "Both without dropout, as in the paper; the paper columns are the -50 models (trained",
+            "on sentences of up to 50 words), on all test sentences and on those without unknown words.",
+        ],
+        PAPER_BAHDANAU,
+        ["paper BLEU (All)", "paper BLEU (No UNK)"],
     )
     lines += simple_table(r, PEER, "Peer: fairseq's built-in `lstm` at the same size", [], {}, [])
     unk = {n: r[n]["unk_in_output"] for n in LUONG if "unk_in_output" in r.get(n, {})}
@@ -352,7 +473,7 @@ def write_results(results, args, path):
         "  are within what another seed could change.",
         "- Local-p without `--position-logit-bound`: trained with Adam, eq. (9)'s",
         "  sigmoid saturates within the first updates and p_t stays at one end of the",
-        "  sentence (docs/MODELS.md, \"Saturation of p_t\"). The bound keeps p_t trainable, but",
+        '  sentence (docs/MODELS.md, "Saturation of p_t"). The bound keeps p_t trainable, but',
         "  a budget this small ends before p_t has moved off the bound: the difference",
         "  between the two local-p (general) rows is noise here. Longer training (the",
         "  demo) shows the bounded p_t learning the diagonal.",
@@ -364,22 +485,37 @@ def write_results(results, args, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"),
-                        help="prepare.sh output directory")
+    parser.add_argument(
+        "--data",
+        default=os.path.join(REPO, "data", "bible_es_en"),
+        help="prepare.sh output directory",
+    )
     parser.add_argument("--runs", default=os.path.join(REPO, "runs", "ladder"))
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "RESULTS.md"))
     parser.add_argument("--updates", type=int, default=400)
     parser.add_argument("--max-tokens", type=int, default=2000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--window-size", type=int, default=14)
-    parser.add_argument("--position-logit-bound", type=float, default=4.0,
-                        help="local-p models' --position-logit-bound (0: the paper's plain training)")
+    parser.add_argument(
+        "--position-logit-bound",
+        type=float,
+        default=4.0,
+        help="local-p models' --position-logit-bound (0: the paper's plain training)",
+    )
     parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16",
-                        help="the plugin's models' --precision (fairseq's lstm: fp32)")
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="bf16",
+        help="the plugin's models' --precision (fairseq's lstm: fp32)",
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="models trained at the same time (default: one per core)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="models trained at the same time (default: one per core)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="threads per job")
     parser.add_argument("--only", nargs="*", help="train only these rows (names as in the code)")
     parser.add_argument("--force", action="store_true", help="retrain and rescore everything")

@@ -5,16 +5,25 @@ LUONG = {
     "base": ("luong_base_wmt_en_de", [], "Base"),
     "base_reverse": ("luong_base_reverse_wmt_en_de", [], "Base + reverse"),
     "base_reverse_dropout": (
-        "luong_base_reverse_dropout_wmt_en_de", [], "Base + reverse + dropout"),
+        "luong_base_reverse_dropout_wmt_en_de",
+        [],
+        "Base + reverse + dropout",
+    ),
     "global_location_no_feed": (
-        "luong_global_location_no_feed_wmt_en_de", [],
-        "Base + reverse + dropout + global attention (location)"),
+        "luong_global_location_no_feed_wmt_en_de",
+        [],
+        "Base + reverse + dropout + global attention (location)",
+    ),
     "global_location": (
-        "luong_global_location_wmt_en_de", [],
-        "Base + reverse + dropout + global attention (location) + feed input"),
+        "luong_global_location_wmt_en_de",
+        [],
+        "Base + reverse + dropout + global attention (location) + feed input",
+    ),
     "local_p_general": (
-        "luong_local_p_general_wmt_en_de", [],
-        "Base + reverse + dropout + local-p attention (general) + feed input"),
+        "luong_local_p_general_wmt_en_de",
+        [],
+        "Base + reverse + dropout + local-p attention (general) + feed input",
+    ),
     "global_dot": ("luong_global_dot_wmt_en_de", [], "global (dot)"),
     "global_general": ("luong_global_general_wmt_en_de", [], "global (general)"),
     "local_m_dot": ("luong_local_m_dot_wmt_en_de", [], "local-m (dot)"),
@@ -22,8 +31,10 @@ LUONG = {
     "local_p_dot": ("luong_local_p_dot_wmt_en_de", [], "local-p (dot)"),
     # ablation: eq. (9) trained without the bound saturates (docs/MODELS.md, "Saturation of p_t")
     "local_p_general_plain": (
-        "luong_local_p_general_wmt_en_de", ["--position-logit-bound", "0"],
-        "local-p (general), without --position-logit-bound"),
+        "luong_local_p_general_wmt_en_de",
+        ["--position-logit-bound", "0"],
+        "local-p (general), without --position-logit-bound",
+    ),
 }
 BAHDANAU = {
     "rnnencdec": ("bahdanau_rnnencdec_wmt_en_fr", [], "RNNencdec"),
@@ -33,8 +44,13 @@ PEER = {"fairseq_lstm": ("lstm", [], "fairseq `lstm` (general attention, input f
 # The models Table 1's ensemble combines: every attentional Luong model of the
 # ladder (the paper ensembles 8 models "with different attention approaches").
 ENSEMBLE = [
-    "global_location", "local_p_general", "global_dot", "global_general",
-    "local_m_dot", "local_m_general", "local_p_dot",
+    "global_location",
+    "local_p_general",
+    "global_dot",
+    "global_general",
+    "local_m_dot",
+    "local_m_general",
+    "local_p_dot",
 ]
 
 # The papers' numbers (WMT'14 En->De newstest2014 for Luong; WMT'14 En->Fr
