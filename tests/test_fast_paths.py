@@ -306,9 +306,11 @@ def test_position_step_equals_the_plain_path(bound, scale, renormalize):
         assert (logits.abs() > bound).any() and (logits.abs() < bound).any()
 
 
-def test_training_takes_the_masked_path_at_every_length(monkeypatch):
-    """With autograd recording a step, every local path's backward costs O(S) per step,
-    and ``forward`` takes the masked one; without, it picks by length (test above)."""
+def test_training_masks_short_sources_and_gathers_long_ones_never_slices(monkeypatch):
+    """With autograd recording a step, every local path's backward costs O(S) per step:
+    ``forward`` takes the masked path below TRAIN_GATHER_FROM windows of source and the
+    gathered one beyond, whatever the slice; without autograd it picks by length and
+    slice (test above)."""
     module = LuongAttention("general", "local-m", 24, 24, window_size=3)
     calls = []
     for path in ("masked", "sliced", "gathered"):
@@ -316,15 +318,19 @@ def test_training_takes_the_masked_path_at_every_length(monkeypatch):
         monkeypatch.setattr(
             module, path, lambda *a, p=path, f=original, **k: calls.append(p) or f(*a, **k)
         )
-    for steps, shortest in (("spread", 1), ("together", 20)):
-        query, keys, pad_mask, lengths, steps = _attention_inputs(
-            S=40, steps=steps, shortest=shortest
-        )
-        keys.requires_grad_()
-        module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
-        with torch.no_grad():
+    assert attention_module.TRAIN_GATHER_FROM * module.window.width == 56
+    for S in (40, 60):  # 40 < 56 <= 60
+        for steps, shortest in (("spread", 1), ("together", 20)):
+            query, keys, pad_mask, lengths, steps = _attention_inputs(
+                S=S, steps=steps, shortest=shortest
+            )
+            keys.requires_grad_()
             module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
-    assert calls == ["masked", "gathered", "masked", "sliced"]
+            with torch.no_grad():
+                module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
+    # (training, no autograd) for S = 40 spread, 40 together, 60 spread, 60 together
+    expected = ["masked", "gathered", "masked", "sliced", "gathered", "gathered", "gathered", "sliced"]
+    assert calls == expected
 
 
 # -- the harness -----------------------------------------------------------------------

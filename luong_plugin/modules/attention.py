@@ -16,11 +16,13 @@ Three implementations of the same weights (windows.py):
 ``forward`` takes the masked path while the source is shorter than
 ``GATHER_FROM`` windows; beyond, the sliced path while the slice is shorter
 than that, and the gathered path otherwise. In training (autograd recording a
-step) it always takes the masked path: there every path's backward costs O(S)
-per step (the gradient of the sliced or gathered keys and values is a
-B x S x E buffer per step, zero-filled and added up), and the masked one was
-the cheapest or level at every length measured (docs/BENCHMARKS.md, "Attention
-in training against the source length").
+step) every path's backward costs O(S) per step (the gradient of the sliced or
+gathered keys and values is a B x S x E buffer per step, zero-filled and added
+up), so it takes the masked path while the source is shorter than
+``TRAIN_GATHER_FROM`` windows and the gathered one beyond, never the sliced one
+(docs/BENCHMARKS.md, "Attention in training against the source length": at
+D = 10 the masked path is the cheapest at S = 44, level at 100, and the
+gathered one 0.79x of it at 200, 0.64x at 400).
 Each path can be called directly. Either way the returned map covers the
 whole source, B x T x S.
 
@@ -42,6 +44,8 @@ from .windows import PositionWeights, build_window
 # many windows long: below it, a few wasted scores in one batched product cost
 # less than gathering
 GATHER_FROM = 2
+# in training: the masked path below this many windows of source, the gathered one beyond
+TRAIN_GATHER_FROM = 8
 
 
 def attention_weights(
@@ -129,8 +133,11 @@ class LuongAttention(nn.Module):
             return self.masked(*args)
         centre = self.window.centre(query, steps, src_lengths, position)  # B x T each
         S, most = values.size(1), GATHER_FROM * self.window.width
-        recorded = torch.is_grad_enabled() and (query.requires_grad or values.requires_grad)
-        if S < most or recorded:
+        if torch.is_grad_enabled() and (query.requires_grad or values.requires_grad):  # training
+            if S < TRAIN_GATHER_FROM * self.window.width:
+                return self.masked(*args, centre=centre)
+            return self.gathered(*args, centre=centre)
+        if S < most:
             return self.masked(*args, centre=centre)
         lo, hi = self.window_slice(centre.mid, S)
         if hi - lo < most:
