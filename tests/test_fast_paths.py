@@ -329,7 +329,16 @@ def test_training_masks_short_sources_and_gathers_long_ones_never_slices(monkeyp
             with torch.no_grad():
                 module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
     # (training, no autograd) for S = 40 spread, 40 together, 60 spread, 60 together
-    expected = ["masked", "gathered", "masked", "sliced", "gathered", "gathered", "gathered", "sliced"]
+    expected = [
+        "masked",
+        "gathered",
+        "masked",
+        "sliced",
+        "gathered",
+        "gathered",
+        "gathered",
+        "sliced",
+    ]
     assert calls == expected
 
 
