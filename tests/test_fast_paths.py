@@ -85,17 +85,23 @@ PAPER_LOOP_CASES = (
     + [("global", "general", placement, 2) for placement in ("luong", "zaremba", "fairseq")]
     + [("local-p", "general", "luong", 2)]
 )
+SHORT, LONG = [11, 3, 7], [60, 12, 33]  # LONG: past TRAIN_GATHER_FROM windows, the gathered path
+PAPER_LOOP_CASES = [case + (SHORT,) for case in PAPER_LOOP_CASES] + [
+    (window, "general", "luong", 1, LONG) for window in ("local-m", "local-p")
+]
 
 
-@pytest.mark.parametrize("window,score,placement,layers", PAPER_LOOP_CASES, ids=str)
-def test_fast_loop_equals_the_paper_loop(window, score, placement, layers):
+@pytest.mark.parametrize("window,score,placement,layers,src_lengths", PAPER_LOOP_CASES, ids=str)
+def test_fast_loop_equals_the_paper_loop(window, score, placement, layers, src_lengths):
     model = build(
         "luong_tiny", attention_window=window, attention_score=score, input_feeding=True,
         dropout=0.3, dropout_placement=placement, encoder_layers=layers, decoder_layers=layers,
     )  # fmt: skip
     model = spread_parameters(model).double().train()
     decoder = model.decoder
-    src, lengths = random_batch(model.encoder.dictionary, [11, 3, 7])
+    src, lengths = random_batch(model.encoder.dictionary, src_lengths)
+    if src_lengths is LONG:  # training takes the gathered path: check it does
+        assert src.size(1) >= attention_module.TRAIN_GATHER_FROM * decoder.attention.window.width
     prev = random_prev_output(decoder.dictionary, 3, 8)
     results = []
     for loop in (run, lambda dec, *args: dec.paper_loop(*args)):
