@@ -123,6 +123,15 @@ def targets(r: dict) -> list:
     return rows + bf16.targets(r, _verdict)
 
 
+def _milliseconds_by_length(times: dict) -> list:
+    """Markdown rows of seconds per step ({name: {S: seconds}}) in ms, one row per S."""
+    lengths = sorted(next(iter(times.values())))
+    rows = ["| S | " + " | ".join(times) + " |", "|---:|" + "---:|" * len(times)]
+    for S in lengths:
+        rows.append(f"| {S} | " + " | ".join(f"{times[w][S] * 1e3:.3f}" for w in times) + " |")
+    return rows
+
+
 def summary(r: dict) -> str:
     return "\n".join(f"{t}: {m} ({v})" for t, m, v in targets(r))
 
@@ -369,11 +378,8 @@ def markdown(r: dict) -> str:
             "`local-p masked` always scores all S (the masked implementation, the test oracle);",
             "`local-p gathered` and `local-m gathered` always gather.",
             "",
-            "| S | " + " | ".join(att) + " |",
-            "|---:|" + "---:|" * len(att),
+            *_milliseconds_by_length(att),
         ]
-        for S in lengths:
-            out.append(f"| {S} | " + " | ".join(f"{att[w][S] * 1e3:.3f}" for w in att) + " |")
         if 25 in lengths and 400 in lengths:
             out.append(
                 "| S=400 / S=25 | "
@@ -383,7 +389,6 @@ def markdown(r: dict) -> str:
 
     att = r.get("attention_train", {})
     if att:
-        lengths = sorted(next(iter(att.values())))
         out += [
             "",
             "## Attention in training against the source length",
@@ -397,11 +402,8 @@ def markdown(r: dict) -> str:
             "`TRAIN_GATHER_FROM` windows of source (`luong_plugin/modules/attention.py`) and the",
             "gathered one beyond; `local-p sliced` and `local-p gathered` force those two paths.",
             "",
-            "| S | " + " | ".join(att) + " |",
-            "|---:|" + "---:|" * len(att),
+            *_milliseconds_by_length(att),
         ]
-        for S in lengths:
-            out.append(f"| {S} | " + " | ".join(f"{att[w][S] * 1e3:.3f}" for w in att) + " |")
 
     prof = r.get("profile", {})
     if prof:

@@ -178,6 +178,17 @@ class LocalMonotonicWindow(_LocalWindow):
         return Centre(mid.to(at_least_fp32(query.dtype)), mid)  # fp32 under bf16: exact past 256
 
 
+def _logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, lengths: Tensor, bound: float):
+    """∂L/∂logit from ∂L/∂p_t for p_t = S_b σ(logit) (s = σ(logit)), with
+    ``--position-logit-bound``: an element beyond ±bound that a descent step (which
+    moves the logit by -grad) would push further out gets no gradient."""
+    grad_logit = grad * (lengths * s * (1 - s))  # ∂p_t/∂logit = S_b σ (1 - σ)
+    if bound > 0:
+        outward = (logit.abs() > bound) & (grad_logit * logit < 0)
+        grad_logit = grad_logit.masked_fill(outward, 0.0)
+    return grad_logit
+
+
 class _PredictedPosition(torch.autograd.Function):
     """p_t = S_b · σ(logit), eq. (9), as one autograd node (a step of the decoder's
     loop records one node here instead of three).
@@ -197,11 +208,7 @@ class _PredictedPosition(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: Tensor):
         logit, s, lengths = ctx.saved_tensors
-        grad_logit = grad * (lengths * s * (1 - s))  # B x T: ∂p_t/∂logit = S_b σ (1 - σ)
-        if ctx.bound > 0:
-            outward = (logit.abs() > ctx.bound) & (grad_logit * logit < 0)
-            grad_logit = grad_logit.masked_fill(outward, 0.0)
-        return grad_logit, None, None
+        return _logit_gradient(grad, logit, s, lengths, ctx.bound), None, None
 
 
 class _PositionStep(torch.autograd.Function):
@@ -226,10 +233,7 @@ class _PositionStep(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         w_p, v_p, hidden, logit, s, lengths = ctx.saved_tensors
-        grad_logit = grad * (lengths * s * (1 - s))  # B x 1
-        if ctx.bound > 0:
-            outward = (logit.abs() > ctx.bound) & (grad_logit * logit < 0)
-            grad_logit = grad_logit.masked_fill(outward, 0.0)
+        grad_logit = _logit_gradient(grad, logit, s, lengths, ctx.bound)  # B x 1
         step_w, step_v = ctx.steps
         ctx.weights.v_p.record_grad(step_v, grad_logit)
         grad_pre = grad_logit.mm(v_p.t()) * (1 - hidden * hidden)  # B x H: through tanh

@@ -51,25 +51,6 @@ from luong_plugin.analysis.report import score  # noqa: E402
 
 def dims(arch: str, dim: int):
     """The size options that scale one arch family down to ``dim`` units."""
-    if arch == "lstm":
-        return [
-            "--encoder-layers",
-            "1",
-            "--decoder-layers",
-            "1",
-            "--encoder-embed-dim",
-            dim,
-            "--encoder-hidden-size",
-            dim,
-            "--decoder-embed-dim",
-            dim,
-            "--decoder-hidden-size",
-            dim,
-            "--decoder-out-embed-dim",
-            dim,
-            "--dropout",
-            "0.2",
-        ]
     if arch.startswith("bahdanau"):
         return [
             "--encoder-embed-dim",
@@ -85,7 +66,7 @@ def dims(arch: str, dim: int):
             "--maxout-dim",
             dim // 2,
         ]
-    return [
+    lstm_sizes = [
         "--encoder-layers",
         "1",
         "--decoder-layers",
@@ -101,6 +82,9 @@ def dims(arch: str, dim: int):
         "--decoder-out-embed-dim",
         dim,
     ]
+    if arch == "lstm":
+        return lstm_sizes + ["--dropout", "0.2"]
+    return lstm_sizes
 
 
 def run(cmd, log_path, threads):
