@@ -2,16 +2,19 @@
 run, and the options every run names (a changed default must not change a run)."""
 
 import importlib.util
+import json
 import os
+import sys
 
 import pytest
 from conftest import REPO
 
-SPEC = importlib.util.spec_from_file_location(
-    "compare", os.path.join(REPO, "recipes", "bible_es_en", "compare.py")
-)
+RECIPE_DIR = os.path.join(REPO, "recipes", "bible_es_en")
+SPEC = importlib.util.spec_from_file_location("compare", os.path.join(RECIPE_DIR, "compare.py"))
 compare = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(compare)
+sys.path.insert(0, RECIPE_DIR)
+import trajectory  # noqa: E402  (recipes/bible_es_en: it imports compare by name)
 
 LOG = """\
 2026-11-24 16:23:49 | INFO | train_inner | epoch 001:    100 / 560 loss=9.436, ppl=439.2, num_updates=100, lr=0.003, gnorm=0.638, clip=5, train_wall=90, wall=91
@@ -52,3 +55,30 @@ def test_render_marks_missing_runs(tmp_path, monkeypatch):
     compare.render(str(out))
     text = out.read_text()
     assert text.count("not run") == 3 * len(compare.RUNS)
+
+
+def test_trajectory_distance_is_over_the_updates_both_runs_logged():
+    fast = {"train_loss": {"10": 9.0, "20": 8.0, "30": 7.0}}
+    run = {"train_loss": {"10": 9.0, "20": 8.5, "30": 6.9, "40": 1.0}}  # 40: fast never got there
+    far = trajectory.parting(run, fast)
+    assert far["max"] == pytest.approx(0.5) and far["last"] == pytest.approx(0.1)
+    assert far["mean"] == pytest.approx(0.6 / 3)
+
+
+def test_trajectory_section_lists_every_variant_with_its_distance(tmp_path, monkeypatch):
+    runs = {v: {"train_loss": {"10": 9.0}, "valid_ppl": {"100": 50.0, "200": 30.0}}
+            for v in trajectory.VARIANTS}  # fmt: skip
+    for v in trajectory.VARIANTS[1:]:
+        runs[v]["from_fast"] = {"mean": 0.01, "max": 0.02, "last": 0.03}
+    result = {"commit": "abc", "seed": 1, "updates": 200, "log_every": 10,
+              "models": {"global": {"run": "global-forward-luong", "variants": runs}}}  # fmt: skip
+    out = tmp_path / "trajectory.json"
+    out.write_text(json.dumps(result))
+    monkeypatch.setattr(trajectory, "OUT", str(out))
+    lines = trajectory.table_lines()
+    rows = [line for line in lines if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(trajectory.VARIANTS)
+    assert rows[0].endswith("| 50.00 | 30.00 |  |")  # fast: no distance from itself
+    assert all(row.endswith("| 0.0100 / 0.0200 / 0.0300 |") for row in rows[1:])
+    monkeypatch.setattr(trajectory, "OUT", str(tmp_path / "none.json"))
+    assert trajectory.table_lines() == []

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -311,6 +312,12 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
         "reached (the run's budget, `updates` in its JSON, was smaller).",
         "",
     ]
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:  # imported from a test by its path
+        sys.path.insert(0, here)
+    from trajectory import table_lines  # this directory; it imports this module
+
+    lines += table_lines()
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
