@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 
+import pytest
 from conftest import REPO
 
 SPEC = importlib.util.spec_from_file_location(
@@ -104,6 +105,14 @@ def test_demo_sh_refuses_an_unknown_peer():
     assert "PEER must be empty" in run.stderr and "'gru'" in run.stderr
 
 
+@pytest.mark.parametrize("window", ["0", "x", "07", "-3", "1.5"])
+def test_demo_sh_refuses_a_window_that_is_not_a_positive_whole_number(window):
+    run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, WINDOW=window, DRY_RUN="1"),
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 2 and run.stdout == ""
+    assert "WINDOW must be a positive whole number" in run.stderr and f"'{window}'" in run.stderr
+
+
 def demo_commands(**env):
     run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, DRY_RUN="1", **env),
                          capture_output=True, text=True, check=True)  # fmt: skip
@@ -130,6 +139,11 @@ def test_demo_sh_trains_what_its_environment_says():
     window = {"--window-size", "10", "--position-logit-bound", "4", "--renormalize-window",
               "local-p", "global", "runs/demo", "runs/demo_global"}  # fmt: skip
     assert [a for a in train if a not in window] == [a for a in demo if a not in window]
+
+    train, _ = demo_commands(WINDOW="14")  # the paper's 10 words, in pieces
+    assert train[train.index("--window-size") + 1] == "14"
+    train, _ = demo_commands()
+    assert train[train.index("--window-size") + 1] == "10"
 
     train, _ = demo_commands(PEER="lstm")
     assert train[train.index("--arch") + 1] == "lstm" and "--precision" not in train

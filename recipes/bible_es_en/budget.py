@@ -35,6 +35,8 @@ RUNS = {
     "lstm": ("fairseq's `lstm` (fp32: fairseq cannot train bf16 on a CPU)",
              {"PEER": "lstm", "PRECISION": "fp32"}),
     "demo-fp32": ("the demo in fp32", {"PEER": "", "PRECISION": "fp32"}),
+    "demo-d14": ("the demo with D = 14 pieces (the paper's 10 words: 1.37 pieces per Spanish word)",
+                 {"PEER": "", "PRECISION": "bf16", "WINDOW": "14"}),
     "global-fp32": ("ours, global, in fp32", {"PEER": "global", "PRECISION": "fp32"}),
 }  # fmt: skip
 

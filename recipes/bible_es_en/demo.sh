@@ -6,7 +6,7 @@
 # translations and an attention heatmap.
 #
 # usage: recipes/bible_es_en/demo.sh
-#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, EXPLORE, PYTHON to override;
+#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, WINDOW, EXPLORE, PYTHON to override;
 #        DRY_RUN=1 prints the training and decoding commands and stops)
 #        PEER=global recipes/bible_es_en/demo.sh   our model with global attention,
 #        otherwise the demo (runs/demo_global): the comparison local-p must win
@@ -40,6 +40,10 @@ esac
 MINUTES=${MINUTES:-15}
 THREADS=${THREADS:-$(nproc)}
 SEED=${SEED:-1}
+WINDOW=${WINDOW:-10}  # local-p's D, in pieces
+case "$WINDOW" in
+  ''|*[!0-9]*|0*) echo "WINDOW must be a positive whole number of source pieces (local-p's D), got '$WINDOW'" >&2; exit 2 ;;
+esac
 PRECISION=${PRECISION:-}
 if [ -z "$PRECISION" ]; then  # bf16 where the device has it in hardware, else fp32
   PRECISION=$("$PYTHON" -c "
@@ -69,7 +73,7 @@ EXPLORE=${EXPLORE:-1}
 #   on a machine without native bf16): more updates in the same minutes.
 # Luong's conventions otherwise: </s> not attended, his dropout placement.
 WINDOW_ARGS=(
-  --attention-window local-p --window-size 10 --position-logit-bound 4 --renormalize-window
+  --attention-window local-p --window-size "$WINDOW" --position-logit-bound 4 --renormalize-window
 )
 [ "$PEER" = global ] && WINDOW_ARGS=(--attention-window global)
 MODEL_ARGS=(
