@@ -12,14 +12,15 @@ loss, logged every ``--log-every`` updates, with the ``fast`` run's:
 - ``plain``: ``LuongDecoder.paper_loop`` instead, the loop as the paper reads it,
   with autograd's own backward;
 - ``fused``: ``fast`` with ``--criterion fused_label_smoothed_cross_entropy``;
-- ``ulp``: ``fast`` from initial parameters moved by one rounding step
-  (each times 1 ± 2^-23): the control, how far rounding alone carries a run.
+- ``ulp1``, ``ulp2``, ``ulp3``: ``fast`` from initial parameters moved by one
+  rounding step (each times 1 ± 2^-23, three draws of the signs): the control,
+  how far rounding alone carries a run.
 
 The two paths compute the same function and draw the dropout masks in the same
 order (tests/test_fast_paths.py), so ``plain`` and ``fused`` differ from ``fast``
 by rounding only, and rounding differences grow as training goes on. They
 change the trajectory beyond rounding only if they part from ``fast`` by more
-than ``ulp`` does. Writes ``docs/experiments/trajectory/fast_and_plain.json``; compare.py
+than the ``ulp`` runs do. Writes ``docs/experiments/trajectory/fast_and_plain.json``; compare.py
 renders it into docs/COMPARE.md.
 """
 
@@ -32,10 +33,11 @@ import sys
 
 import compare  # this directory: the recipe and the runs
 
-VARIANTS = ("fast", "plain", "fused", "ulp")
+ULPS = ("ulp1", "ulp2", "ulp3")
+VARIANTS = ("fast", "plain", "fused", *ULPS)
 MODELS = {"global": "global-forward-luong", "local-p": "local-p-forward-renorm"}
 OUT = os.path.join(compare.REPO, "docs", "experiments", "trajectory", "fast_and_plain.json")
-MARK = {"plain": "[trajectory] the paper's loop", "ulp": "[trajectory] parameters moved"}
+MARK = {"plain": "[trajectory] the paper's loop", **{u: f"[trajectory] {u}: moved" for u in ULPS}}
 TRAIN_LOSS = re.compile(r"train_inner.*? loss=([\d.]+),.*? num_updates=(\d+)")
 
 
@@ -57,19 +59,19 @@ def worker(variant: str, argv) -> None:
 
         plain.told = False
         luong_loop.run = plain  # luong_decoder.py calls luong_loop.run
-    if variant == "ulp":
+    if variant in ULPS:
         from luong_plugin.models import luong
 
         init = luong.init_uniform_
 
         def moved(model, init_range):
             init(model, init_range)
-            generator = torch.Generator().manual_seed(12345)
+            generator = torch.Generator().manual_seed(12345 + ULPS.index(variant))
             with torch.no_grad():
                 for param in model.parameters():
                     sign = torch.randint(0, 2, param.shape, generator=generator) * 2 - 1
                     param.mul_(1 + sign.to(param.dtype) * 2.0**-23)
-            print(MARK["ulp"], file=sys.stderr, flush=True)
+            print(MARK[variant], file=sys.stderr, flush=True)
 
         luong.init_uniform_ = moved  # build_model calls luong.init_uniform_
 
@@ -126,11 +128,11 @@ def table_lines() -> list:
         "",
         f"Rendered from `{os.path.relpath(OUT, compare.REPO)}` (`recipes/bible_es_en/trajectory.py`,"
         f" commit {result['commit']}): the same seed ({result['seed']}) trained {result['updates']}"
-        " updates in fp32, one thread, in four ways. Training loss logged every"
+        f" updates in fp32, one thread, in {len(VARIANTS)} ways. Training loss logged every"
         f" {result['log_every']} updates; its distance from the `fast` run's, the mean and the",
-        "largest over the logged updates and the last one. `ulp` is the control: the `fast` run"
-        " from initial parameters moved by one rounding step, so its distance is what rounding"
-        " alone does to a run.",
+        "largest over the logged updates and the last one. The `ulp` runs are the control: the"
+        " `fast` run from initial parameters moved by one rounding step (three draws), so their"
+        " distances are what rounding alone does to a run.",
         "",
     ]
     for model, entry in result["models"].items():
