@@ -116,6 +116,12 @@ RUNS = {
         " settings)",
         GLOBAL + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
     ),
+    "global-forward-luong-fp32": (
+        "`global-forward-luong` in fp32",
+        [o if o != "bf16" else "fp32" for o in GLOBAL]
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"],
+    ),
     "local-p-forward": (
         "`local-p-forward-renorm` without `--renormalize-window` (the paper's eq. (10))",
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
