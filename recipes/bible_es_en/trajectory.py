@@ -21,7 +21,8 @@ order (tests/test_fast_paths.py), so ``plain`` and ``fused`` differ from ``fast`
 by rounding only, and rounding differences grow as training goes on. They
 change the trajectory beyond rounding only if they part from ``fast`` by more
 than the ``ulp`` runs do. Writes ``docs/experiments/trajectory/fast_and_plain.json``; compare.py
-renders it into docs/COMPARE.md.
+renders it into docs/COMPARE.md. Each model's runs are written as they finish; a
+second call with the same settings and commit trains only the models still missing.
 """
 
 import argparse
@@ -176,7 +177,15 @@ def main(argv=None):
         parser.error("--log-every must be >= 1 and --updates >= --log-every")
     result = {"updates": args.updates, "log_every": args.log_every, "seed": args.seed,
               "commit": compare.describe_commit(), "models": {}}  # fmt: skip
+    if os.path.exists(OUT):  # resume: keep the models a run with these settings finished
+        with open(OUT) as f:
+            before = json.load(f)
+        if all(before[k] == result[k] for k in ("updates", "log_every", "seed", "commit")):
+            result["models"] = before["models"]
     for model in args.models:
+        if model in result["models"]:
+            print(f"{model}: done, in {OUT}", flush=True)
+            continue
         runs = {}
         for variant in VARIANTS:
             runs[variant] = train(model, variant, args)
@@ -185,10 +194,11 @@ def main(argv=None):
             runs[variant]["from_fast"] = parting(runs[variant], runs["fast"])
             print(f"{model} {variant} - fast: {runs[variant]['from_fast']}", flush=True)
         result["models"][model] = {"run": MODELS[model], "variants": runs}
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
-        json.dump(result, f, indent=1)
-    compare.render(os.path.join(compare.REPO, "docs", "COMPARE.md"))
+        os.makedirs(os.path.dirname(OUT), exist_ok=True)
+        with open(OUT + ".tmp", "w") as f:  # each model as it finishes
+            json.dump(result, f, indent=1)
+        os.replace(OUT + ".tmp", OUT)
+        compare.render(os.path.join(compare.REPO, "docs", "COMPARE.md"))
     print(f"wrote {OUT}")
 
 
