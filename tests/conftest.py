@@ -1,5 +1,6 @@
 """Helpers fairseq does not ship: tiny dictionaries, models built by arch name,
-padded batches in either padding side."""
+padded batches in either padding side, and the command lines of fairseq's tools
+(``train_args``, ``generate_args``, ``parse_training_args``), built in one place."""
 
 import argparse
 import os
@@ -109,22 +110,23 @@ def fairseq(tool, *args, input=None):
     return proc.stdout + proc.stderr
 
 
-def train(data, save_dir, *extra, arch="luong_tiny", updates=30):
-    return fairseq(
-        "fairseq-train",
+def train_args(data, save_dir, *model, max_tokens=2000, schedule=(), log_format="simple"):
+    """fairseq-train's arguments (without the tool) for a short run of a tiny model: the
+    data and the plugin, ``model`` (arch and model options), Adam at lr 0.01, ``schedule``
+    (--max-update, --update-freq, ...), seed 1, no data-loader workers, no progress bar,
+    no epoch checkpoints; ``log_format`` None leaves fairseq's default."""
+    return [
         data,
         "--user-dir",
         USER_DIR,
-        "--arch",
-        arch,
+        *model,
         "--optimizer",
         "adam",
         "--lr",
         "0.01",
         "--max-tokens",
-        "2000",
-        "--max-update",
-        updates,
+        max_tokens,
+        *schedule,
         "--save-dir",
         save_dir,
         "--no-epoch-checkpoints",
@@ -133,10 +135,51 @@ def train(data, save_dir, *extra, arch="luong_tiny", updates=30):
         "--num-workers",
         "0",
         "--no-progress-bar",
-        "--log-format",
-        "simple",
+        *(("--log-format", log_format) if log_format else ()),
+    ]
+
+
+def train(data, save_dir, *extra, arch="luong_tiny", updates=30):
+    args = train_args(data, save_dir, "--arch", arch, schedule=("--max-update", updates))
+    return fairseq("fairseq-train", *args, *extra)
+
+
+def generate_args(data, path, *extra, beam=5, batch_size=16, max_len_b=12):
+    """fairseq-generate's arguments (without the tool) on the test set, every sentence
+    kept (ALL_SENTENCES), with a fixed length cap (a = 0: the cap must not depend on the
+    batch's longest source)."""
+    return [
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        path,
+        "--beam",
+        beam,
+        "--batch-size",
+        batch_size,
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        max_len_b,
+        "--gen-subset",
+        "test",
+        *ALL_SENTENCES,
         *extra,
-    )
+    ]
+
+
+def generate(data, path, *extra, **decoding):
+    return fairseq("fairseq-generate", *generate_args(data, path, *extra, **decoding))
+
+
+def parse_training_args(arch, *extra):
+    """The arguments of ``arch`` through fairseq-train's own parser (no data needed)."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    argv = ["/no/data", "--user-dir", USER_DIR, "--arch", arch, "--task", "translation"]
+    return options.parse_args_and_arch(parser, argv + list(extra))
 
 
 def parse(output, prefix):

@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 import pytest
-from conftest import ALL_SENTENCES, USER_DIR, assert_png, fairseq, parse, train
+from conftest import assert_png, fairseq, generate, generate_args, parse, train
 from test_analysis_tools import loop_merge
 
 from luong_plugin.analysis import curves
@@ -69,27 +69,7 @@ def test_forced_decoding_reproduces_generate_soft_alignment(bible, tiny, tmp_pat
     from luong_plugin.analysis.forced import force_decode, load_inputs
 
     model = "local-p"
-    out = fairseq(
-        "fairseq-generate",
-        bible / "bin",
-        "--user-dir",
-        USER_DIR,
-        "--path",
-        tiny[model],
-        "--beam",
-        "5",
-        "--batch-size",
-        "16",
-        "--max-len-a",
-        "0",
-        "--max-len-b",
-        "12",
-        "--gen-subset",
-        "test",
-        "--print-alignment",
-        "soft",
-        *ALL_SENTENCES,
-    )
+    out = generate(bible / "bin", tiny[model], "--print-alignment", "soft")
     sources, hyps, soft = parse(out, "S"), parse(out, "H"), parse(out, "A")
     ids = sorted(hyps)
     assert len(ids) == 29
@@ -242,23 +222,14 @@ def test_replace_unk_with_the_learned_dictionary(bible, word_level, tmp_path):
 
     args = [
         "fairseq-generate",
-        word_level / "bin",
-        "--user-dir",
-        USER_DIR,
-        "--path",
-        checkpoint,
-        "--beam",
-        "5",
-        "--batch-size",
-        "16",
-        "--max-len-b",
-        "10",
-        "--gen-subset",
-        "test",
-        "--print-alignment",
-        "--dataset-impl",
-        "raw",
-        *ALL_SENTENCES,
+        *generate_args(
+            word_level / "bin",
+            checkpoint,
+            "--print-alignment",
+            "--dataset-impl",
+            "raw",
+            max_len_b=10,
+        ),
     ]
     plain_out = fairseq(*args)
     replaced_out = fairseq(*args, "--replace-unk", dictionary)

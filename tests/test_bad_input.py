@@ -12,8 +12,7 @@ from dataclasses import fields
 
 import pytest
 import torch
-from conftest import REPO, build, random_batch, random_prev_output
-from fairseq import options
+from conftest import USER_DIR, build, parse_training_args, random_batch, random_prev_output
 from fairseq.sequence_generator import SequenceGenerator
 
 from luong_plugin.models import bahdanau, luong
@@ -27,7 +26,6 @@ from luong_plugin.modules.options import (
 from luong_plugin.modules.scores import SCORES, build_score
 from luong_plugin.modules.windows import WINDOWS
 
-USER_DIR = os.path.join(REPO, "luong_plugin")
 LUONG = [dict(attention_window=w, attention_score=s) for w in WINDOWS for s in SCORES]
 BAHDANAU = [dict(attention="additive"), dict(attention="none", readout_state="current")]
 
@@ -42,12 +40,6 @@ def variant_id(variant):
 
 
 # -- unknown choices ------------------------------------------------------------------
-
-
-def parse(arch, *extra):
-    parser = options.get_training_parser()
-    argv = ["/no/data", "--user-dir", USER_DIR, "--arch", arch, "--task", "translation"]
-    return options.parse_args_and_arch(parser, argv + list(extra))
 
 
 @pytest.mark.parametrize(
@@ -73,7 +65,7 @@ def parse(arch, *extra):
 )
 def test_unknown_choice_on_the_command_line(arch, argv, message, capsys):
     with pytest.raises(SystemExit):
-        parse(arch, *argv)
+        parse_training_args(arch, *argv)
     err = capsys.readouterr().err
     assert message in err
     if arch == "luong_huge":  # the list of choices names every registered arch
@@ -143,7 +135,7 @@ def refused_value(name, field_type):
 def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
     text = refused_value(name, field_type)
     with pytest.raises(SystemExit) as stop:
-        parse(arch, option_name(name), text)
+        parse_training_args(arch, option_name(name), text)
     assert stop.value.code == 2
     assert f"error: argument {option_name(name)}: must be " in capsys.readouterr().err
 

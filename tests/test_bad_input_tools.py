@@ -7,18 +7,14 @@ what the tools print (test_bad_input.py checks the same errors on the models).""
 import contextlib
 import importlib
 import io
-import os
 import random
 import sys
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import USER_DIR, train_args
 
 from luong_plugin.modules.options import CheckpointMismatchError
-
-USER_DIR = os.path.join(REPO, "luong_plugin")
-
 
 # -- the command-line tools -------------------------------------------------------
 
@@ -71,34 +67,10 @@ MODELS = {
 
 
 def train(data, save_dir, arch, *extra, updates=3):
-    return cli(
-        "train",
-        data,
-        "--user-dir",
-        USER_DIR,
-        "--arch",
-        arch,
-        *extra,
-        "--dataset-impl",
-        "raw",
-        "--optimizer",
-        "adam",
-        "--lr",
-        "0.01",
-        "--max-tokens",
-        "500",
-        "--max-update",
-        updates,
-        "--save-dir",
-        save_dir,
-        "--no-epoch-checkpoints",
-        "--num-workers",
-        "0",
-        "--no-progress-bar",
-        "--disable-validation",
-        "--seed",
-        "1",
-    )
+    model = ("--arch", arch, *extra, "--dataset-impl", "raw")
+    schedule = ("--max-update", updates, "--disable-validation")
+    args = train_args(data, save_dir, *model, max_tokens=500, schedule=schedule, log_format=None)
+    return cli("train", *args)
 
 
 @pytest.fixture(scope="module")

@@ -3,21 +3,19 @@ Appendix A.2, decoding invariants, the init of Appendix B, the paper's model
 sizes, and fairseq's command line."""
 
 import argparse
-import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 from bahdanau_reference import reference
 from conftest import (
-    REPO,
     TinyTask,
     build,
     make_dictionary,
+    parse_training_args,
     random_batch,
     random_prev_output,
 )
-from fairseq import options
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from torch.testing import assert_close
 
@@ -257,16 +255,9 @@ def test_paper_param_counts(arch, attention, expected):
     assert count == paper_param_count(attention) == expected
 
 
-def parse(arch, *extra):
-    parser = options.get_training_parser()
-    user_dir = os.path.join(REPO, "luong_plugin")
-    argv = ["/no/data", "--user-dir", user_dir, "--arch", arch, "--task", "translation"]
-    return options.parse_args_and_arch(parser, argv + list(extra))
-
-
 @pytest.mark.parametrize("arch", list(bahdanau.ARCHS))
 def test_arch_parses_through_fairseq_cli_and_builds(arch):
-    args = parse(arch)
+    args = parse_training_args(arch)
     for name, value in bahdanau.arch_config(arch).items():
         assert getattr(args, name) == value, name
     if arch == "bahdanau_tiny":
@@ -291,7 +282,7 @@ def test_arch_parses_through_fairseq_cli_and_builds(arch):
 )
 def test_cli_rejects_unknown_choices(argv, option, capsys):
     with pytest.raises(SystemExit):
-        parse("bahdanau_tiny", *argv)
+        parse_training_args("bahdanau_tiny", *argv)
     err = capsys.readouterr().err
     assert option in err and "invalid choice" in err
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import pytest
 import torch
-from conftest import ALL_SENTENCES, REPO, USER_DIR, VENV_BIN, parse
+from conftest import REPO, USER_DIR, VENV_BIN, generate_args, parse, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -81,28 +81,7 @@ def record(feature, model, outcome="works"):
 def fairseq_train(data, save_dir, options, *extra):
     return [
         os.path.join(VENV_BIN, "fairseq-train"),
-        data,
-        "--user-dir",
-        USER_DIR,
-        *options,
-        "--optimizer",
-        "adam",
-        "--lr",
-        "0.01",
-        "--max-tokens",
-        "1000",
-        "--update-freq",
-        "2",
-        "--save-dir",
-        save_dir,
-        "--no-epoch-checkpoints",
-        "--seed",
-        "1",
-        "--num-workers",
-        "0",
-        "--no-progress-bar",
-        "--log-format",
-        "simple",
+        *train_args(data, save_dir, *options, max_tokens=1000, schedule=("--update-freq", "2")),
         "--log-interval",
         "1",
         "--eval-bleu",
@@ -211,26 +190,7 @@ def cli(tool, *argv):
 
 def gen(bible, trained, name, *extra, path=None):
     path = path or trained[name][0]
-    return cli(
-        "generate",
-        bible / "bin",
-        "--user-dir",
-        USER_DIR,
-        "--path",
-        path,
-        "--beam",
-        "5",
-        "--max-len-a",
-        "0",
-        "--max-len-b",
-        "12",
-        "--batch-size",
-        "8",
-        *ALL_SENTENCES,
-        "--seed",
-        "1",
-        *extra,
-    )
+    return cli("generate", *generate_args(bible / "bin", path, "--seed", "1", *extra, batch_size=8))
 
 
 def hypotheses(output):

@@ -25,7 +25,8 @@ import subprocess
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import REPO, USER_DIR, VENV_BIN, build, random_batch, random_prev_output
+from conftest import REPO, VENV_BIN, build, random_batch, random_prev_output
+from conftest import train_args as shared_train_args
 from test_resume import load, max_difference, train_meters
 
 from luong_plugin.modules.scores import SCORES
@@ -46,37 +47,12 @@ def free_port():
 
 
 def train_args(data, save_dir, *extra):
-    return [
-        "fairseq-train",
-        data,
-        "--user-dir",
-        USER_DIR,
-        *extra,
-        "--dropout",
-        "0",
-        "--cpu",
-        "--optimizer",
-        "adam",
-        "--lr",
-        "0.01",
-        "--max-tokens",
-        "1000",
-        "--max-update",
-        UPDATES,
-        "--disable-validation",
-        "--no-epoch-checkpoints",
-        "--save-dir",
-        save_dir,
-        "--seed",
-        "1",
-        "--num-workers",
-        "0",
-        "--no-progress-bar",
-        "--log-format",
-        "json",
-        "--log-interval",
-        "1",
-    ]
+    schedule = ("--max-update", UPDATES, "--disable-validation")
+    model = (*extra, "--dropout", "0", "--cpu")
+    args = shared_train_args(
+        data, save_dir, *model, max_tokens=1000, schedule=schedule, log_format="json"
+    )
+    return ["fairseq-train", *args, "--log-interval", "1"]
 
 
 def rank_args(rank, port):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from conftest import ALL_SENTENCES, REPO, USER_DIR, fairseq, parse, train  # noqa: F401
+from conftest import REPO, USER_DIR, fairseq, generate, generate_args, parse, train
 
 from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 
@@ -26,30 +26,6 @@ def checkpoints(bible, tmp_path_factory):
         assert "done training" in log
         paths[name] = root / name / "checkpoint_last.pt"
     return paths
-
-
-def generate(bible, path, *extra, batch_size=16):
-    # a fixed length cap (a=0): the cap must not depend on the batch's longest source
-    return fairseq(
-        "fairseq-generate",
-        bible / "bin",
-        "--user-dir",
-        USER_DIR,
-        "--path",
-        path,
-        "--beam",
-        "5",
-        "--batch-size",
-        batch_size,
-        "--max-len-a",
-        "0",
-        "--max-len-b",
-        "12",
-        "--gen-subset",
-        "test",
-        *ALL_SENTENCES,
-        *extra,
-    )
 
 
 def test_generate_without_the_flag_loses_sentences(bible, checkpoints):
@@ -87,8 +63,8 @@ def test_print_alignment_is_batch_independent(bible, checkpoints, model):
     padding) and inside a left-padded batch gets the same hypothesis and the same
     attention over its own tokens (fairseq's `lstm` fails this for the shorter
     sentences of a batch, its maps being in right-padded order)."""
-    batched = generate(bible, checkpoints[model], "--print-alignment", "soft")
-    alone = generate(bible, checkpoints[model], "--print-alignment", "soft", batch_size=1)
+    batched = generate(bible / "bin", checkpoints[model], "--print-alignment", "soft")
+    alone = generate(bible / "bin", checkpoints[model], "--print-alignment", "soft", batch_size=1)
     sources, hyps = parse(batched, "S"), parse(batched, "H")
     assert len(hyps) == 29  # --test 30 keeps whole chapters: 29 verses
     assert len({len(s.split()) for s in sources.values()}) > 5  # rows really are padded
@@ -106,7 +82,7 @@ def test_print_alignment_is_batch_independent(bible, checkpoints, model):
 
 @pytest.mark.parametrize("model", ["local-p", "rnnsearch"])
 def test_print_alignment_hard_links_are_in_range(bible, checkpoints, model):
-    out = generate(bible, checkpoints[model], "--print-alignment")
+    out = generate(bible / "bin", checkpoints[model], "--print-alignment")
     sources, hyps, links = parse(out, "S"), parse(out, "H"), parse(out, "A")
     for i, alignment in links.items():
         n_src, n_hyp = len(sources[i].split()), len(hyps[i].split())
@@ -117,7 +93,9 @@ def test_print_alignment_hard_links_are_in_range(bible, checkpoints, model):
 
 
 def test_ensemble_of_two_models_decodes(bible, checkpoints):
-    out = generate(bible, f"{checkpoints['global']}:{checkpoints['local-p']}", "--print-alignment")
+    out = generate(
+        bible / "bin", f"{checkpoints['global']}:{checkpoints['local-p']}", "--print-alignment"
+    )
     assert len(parse(out, "H")) == 29
 
 
@@ -175,7 +153,7 @@ def test_hydra_train_checkpoint_generates_and_resumes(bible, tmp_path):
         f"hydra.run.dir={tmp_path}",
     )
     checkpoint = tmp_path / "checkpoint_last.pt"
-    out = generate(bible, checkpoint)
+    out = generate(bible / "bin", checkpoint)
     assert len(parse(out, "H")) == 29
     line = (bible / "spm" / "test.es").read_text().splitlines()[0]
     out = fairseq(
@@ -209,23 +187,14 @@ def test_replace_unk_copies_the_aligned_source_word(word_level, tmp_path):
     train(word_level / "bin", tmp_path, "--attention-window", "global", "--dataset-impl", "raw")
     args = [
         "fairseq-generate",
-        word_level / "bin",
-        "--user-dir",
-        USER_DIR,
-        "--path",
-        tmp_path / "checkpoint_last.pt",
-        "--beam",
-        "5",
-        "--batch-size",
-        "16",
-        "--max-len-b",
-        "10",
-        "--gen-subset",
-        "test",
-        "--print-alignment",
-        "--dataset-impl",
-        "raw",
-        *ALL_SENTENCES,
+        *generate_args(
+            word_level / "bin",
+            tmp_path / "checkpoint_last.pt",
+            "--print-alignment",
+            "--dataset-impl",
+            "raw",
+            max_len_b=10,
+        ),
     ]
     plain = parse(fairseq(*args), "H")
     # a bare --replace-unk takes the constant "@@ " in this fairseq and fails to open

@@ -10,10 +10,8 @@ import shutil
 import numpy as np
 import pytest
 from conftest import (
-    ALL_SENTENCES,
-    USER_DIR,
     build,
-    fairseq,
+    generate,
     parse,
     random_batch,
     spread_parameters,
@@ -189,26 +187,14 @@ def tiny(bible, tmp_path_factory):
     for name, (arch, options, updates) in runs.items():
         train(bible / "bin", root / name, *options, arch=arch, updates=updates)
         checkpoint = root / name / "checkpoint_last.pt"
-        out = fairseq(
-            "fairseq-generate",
+        out = generate(
             bible / "bin",
-            "--user-dir",
-            USER_DIR,
-            "--path",
             checkpoint,
-            "--beam",
-            "3",
-            "--batch-size",
-            "8",
-            "--max-len-a",
-            "0",
-            "--max-len-b",
-            "14",
-            "--gen-subset",
-            "test",
             "--print-alignment",
             "soft",
-            *ALL_SENTENCES,
+            beam=3,
+            batch_size=8,
+            max_len_b=14,
         )
         (root / name / "test.gen.txt").write_text(out)
         paths[name] = checkpoint

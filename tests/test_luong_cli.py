@@ -1,22 +1,19 @@
 """Every `luong` arch parses through fairseq's own CLI parser with --user-dir and
 trains a step; bad values stop with a message naming the option."""
 
-import os
-
 import pytest
 import torch
-from conftest import REPO, TinyTask, make_dictionary, random_batch, random_prev_output
-from fairseq import options
+from conftest import (
+    TinyTask,
+    make_dictionary,
+    parse_training_args,
+    random_batch,
+    random_prev_output,
+)
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from luong_plugin.models import luong
 from luong_plugin.modules.options import OptionError
-
-
-def parse(arch, *extra):
-    parser = options.get_training_parser()
-    argv = ["/no/data", "--user-dir", os.path.join(REPO, "luong_plugin"), "--arch", arch]
-    return options.parse_args_and_arch(parser, argv + ["--task", "translation", *extra])
 
 
 def build(args):
@@ -26,7 +23,7 @@ def build(args):
 
 @pytest.mark.parametrize("arch", ["luong"] + list(luong.ARCHS))
 def test_arch_parses_and_trains_a_step(arch):
-    args = parse(arch)
+    args = parse_training_args(arch)
     for name, value in luong.arch_config(arch).items():
         assert getattr(args, name) == value, name
     model = build(args).train()
@@ -46,7 +43,7 @@ def test_arch_parses_and_trains_a_step(arch):
 
 
 def test_command_line_overrides_the_arch():
-    args = parse(
+    args = parse_training_args(
         "luong_wmt_en_de",
         "--no-input-feeding",
         "--no-reverse-source",
@@ -60,7 +57,7 @@ def test_command_line_overrides_the_arch():
     assert (args.input_feeding, args.reverse_source) == (False, False)
     assert (args.attention_window, args.window_size, args.encoder_layers) == ("local-m", 4, 2)
     assert args.decoder_layers == 4  # the arch's value where none was given
-    args = parse("luong_base_wmt_en_de", "--reverse-source")
+    args = parse_training_args("luong_base_wmt_en_de", "--reverse-source")
     assert args.reverse_source is True
 
 
@@ -82,7 +79,7 @@ def test_command_line_overrides_the_arch():
 )
 def test_cli_rejects_bad_values(argv, message, capsys):
     with pytest.raises(SystemExit):
-        parse("luong_tiny", *argv)
+        parse_training_args("luong_tiny", *argv)
     assert message in capsys.readouterr().err
 
 
@@ -98,5 +95,5 @@ def test_cli_rejects_bad_values(argv, message, capsys):
 )
 def test_bad_sizes_stop_at_build_with_the_option_named(argv, message):
     with pytest.raises(OptionError) as err:
-        build(parse("luong_tiny", *argv))
+        build(parse_training_args("luong_tiny", *argv))
     assert message in str(err.value)

@@ -16,10 +16,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import (
-    ALL_SENTENCES,
     USER_DIR,
     build,
     fairseq,
+    generate,
     parse,
     random_batch,
     random_prev_output,
@@ -275,14 +275,6 @@ needs_cpu_bf16 = pytest.mark.skipif(
 )
 
 
-def _decode(bible, path, *extra):
-    return fairseq(
-        "fairseq-generate", bible / "bin", "--user-dir", USER_DIR, "--path", path,
-        "--beam", "5", "--batch-size", "16", "--max-len-a", "0", "--max-len-b", "12",
-        "--gen-subset", "test", *ALL_SENTENCES, *extra,
-    )  # fmt: skip
-
-
 @pytest.mark.slow
 @needs_cpu_bf16
 @pytest.mark.parametrize("arch", ["luong_tiny", "bahdanau_tiny"])
@@ -300,8 +292,8 @@ def test_checkpoint_trained_in_one_precision_decodes_in_the_other(
     )
     assert models[0].decoder.compute_dtype == precision.compute_dtype(decoded)
 
-    as_trained, other = parse(_decode(bible, path), "H"), parse(
-        _decode(bible, path, *override), "H"
+    as_trained, other = parse(generate(bible / "bin", path), "H"), parse(
+        generate(bible / "bin", path, *override), "H"
     )
     assert len(as_trained) == len(other) == 29
     same = sum(as_trained[i] == other[i] for i in as_trained)

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, USER_DIR, VENV_BIN
+from conftest import REPO, VENV_BIN
+from conftest import train_args as shared_train_args
 from fairseq import checkpoint_utils
 
 from luong_plugin.checkpoint_atomic import atomic_copy
@@ -76,35 +77,17 @@ SCENARIOS = {
 
 
 def train_args(data, save_dir, *extra):
-    return [
-        data,
-        "--user-dir",
-        USER_DIR,
-        *extra,
-        "--optimizer",
-        "adam",
-        "--lr",
-        "0.01",
-        "--max-tokens",
-        "1000",
+    schedule = (
         "--max-update",
         UPDATES,
         "--save-interval-updates",
         SAVE_EVERY,
-        "--no-epoch-checkpoints",
         "--disable-validation",
-        "--save-dir",
-        save_dir,
-        "--seed",
-        "1",
-        "--num-workers",
-        "0",
-        "--no-progress-bar",
-        "--log-format",
-        "json",
-        "--log-interval",
-        "1",
-    ]
+    )
+    args = shared_train_args(
+        data, save_dir, *extra, max_tokens=1000, schedule=schedule, log_format="json"
+    )
+    return [*args, "--log-interval", "1"]
 
 
 def start(args, kill_at=None):
