@@ -1,29 +1,17 @@
-"""Bad input either works correctly or stops with a message naming the option or
-input and what is allowed: unknown choices, numeric values out of range (refused
-as the command line is parsed), window sizes, sources longer than the
-model or the task allows, empty and one-token sources, sizes that cannot fit,
-and checkpoints loaded into another architecture; through fairseq's command-line
-tools: test_bad_input_tools.py."""
-
-import os
-import subprocess
-import sys
-from dataclasses import fields
+"""Bad input either works correctly or stops with a message naming the input and
+what is allowed: windows wider than the source, sources longer than the model or the
+task allows, empty and one-token sources, and checkpoints loaded into another
+architecture; through fairseq's command-line tools: test_bad_input_tools.py. Bad
+options (unknown choices, values out of range, sizes that cannot fit):
+test_bad_options.py."""
 
 import pytest
 import torch
-from conftest import USER_DIR, build, parse_training_args, random_batch, random_prev_output
+from conftest import build, random_batch, random_prev_output
 from fairseq.sequence_generator import SequenceGenerator
 
-from luong_plugin.models import bahdanau, luong
-from luong_plugin.models.config import TASK_OPTIONS
-from luong_plugin.modules.options import (
-    VALUE_RULES,
-    CheckpointMismatchError,
-    OptionError,
-    option_name,
-)
-from luong_plugin.modules.scores import SCORES, build_score
+from luong_plugin.modules.options import CheckpointMismatchError, OptionError
+from luong_plugin.modules.scores import SCORES
 from luong_plugin.modules.windows import WINDOWS
 
 LUONG = [dict(attention_window=w, attention_score=s) for w in WINDOWS for s in SCORES]
@@ -39,143 +27,7 @@ def variant_id(variant):
     return "-".join([arch.split("_")[0], *map(str, kw.values())])
 
 
-# -- unknown choices ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "arch, argv, message",
-    [
-        (
-            "luong_tiny",
-            ["--attention-score", "cosine"],
-            "argument --attention-score: invalid choice: 'cosine' (choose from 'dot', 'general', 'concat', 'location')",
-        ),
-        (
-            "luong_tiny",
-            ["--attention-window", "local"],
-            "argument --attention-window: invalid choice: 'local' (choose from 'none', 'global', 'local-m', 'local-p')",
-        ),
-        (
-            "bahdanau_tiny",
-            ["--attention", "dot"],
-            "argument --attention: invalid choice: 'dot' (choose from 'additive', 'none')",
-        ),
-        ("luong_huge", [], "argument --arch/-a: invalid choice: 'luong_huge' (choose from"),
-    ],
-)
-def test_unknown_choice_on_the_command_line(arch, argv, message, capsys):
-    with pytest.raises(SystemExit):
-        parse_training_args(arch, *argv)
-    err = capsys.readouterr().err
-    assert message in err
-    if arch == "luong_huge":  # the list of choices names every registered arch
-        assert all(name in err for name in list(luong.ARCHS) + list(bahdanau.ARCHS))
-
-
-@pytest.mark.parametrize(
-    "arch, overrides, message",
-    [
-        (
-            "luong_tiny",
-            dict(attention_score="cosine"),
-            "--attention-score: unknown value 'cosine'; allowed values: concat, dot, general, location",
-        ),
-        (
-            "luong_tiny",
-            dict(attention_window="local"),
-            "--attention-window: unknown value 'local'; allowed values: global, local-m, local-p",
-        ),
-        (
-            "bahdanau_tiny",
-            dict(attention="dot"),
-            "--attention: unknown value 'dot'; allowed values: additive, none",
-        ),
-        (
-            "bahdanau_tiny",
-            dict(readout_state="next"),
-            "--readout-state: unknown value 'next'; allowed values: current, previous",
-        ),
-    ],
-)
-def test_unknown_choice_past_the_parser(arch, overrides, message):
-    """--model-overrides and configs reach build_model without argparse's check."""
-    with pytest.raises(OptionError) as err:
-        build(arch, **overrides)
-    assert message in str(err.value)
-
-
-# -- numeric values, refused as the command line is parsed -----------------------------
-
-CONFIGS = {"luong_tiny": luong.LuongConfig, "bahdanau_tiny": bahdanau.BahdanauConfig}
-
-
-def numeric_options(arch):
-    """(name, type) of every int and float option the arch's model adds."""
-    return [(f.name, f.type) for f in fields(CONFIGS[arch])
-            if f.type in (int, float) and f.name not in TASK_OPTIONS]  # fmt: skip
-
-
-def test_every_numeric_option_has_a_rule():
-    """A new numeric option cannot be added without saying what it allows."""
-    for arch in CONFIGS:
-        assert [n for n, _ in numeric_options(arch) if n not in VALUE_RULES] == [], arch
-
-
-def refused_value(name, field_type):
-    for text in ("0", "-1", "1.5"):
-        value = field_type(text) if field_type is float or "." not in text else None
-        if value is not None and VALUE_RULES[name](value):
-            return text
-    raise AssertionError(f"none of 0, -1, 1.5 breaks the rule of {name}")
-
-
-@pytest.mark.parametrize(
-    "arch, name, field_type", [(a, n, t) for a in CONFIGS for n, t in numeric_options(a)]
-)
-def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
-    text = refused_value(name, field_type)
-    with pytest.raises(SystemExit) as stop:
-        parse_training_args(arch, option_name(name), text)
-    assert stop.value.code == 2
-    assert f"error: argument {option_name(name)}: must be " in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--window-size", "0"], "argument --window-size: must be a positive integer, got 0"),
-        (["--dropout", "1"], "argument --dropout: must be in [0, 1), got 1.0"),
-        (
-            ["--position-lr-scale", "2"],
-            "argument --position-lr-scale: must be in (0, 1] (1: off), got 2.0",
-        ),
-        (
-            ["--position-logit-bound", "-4"],
-            "argument --position-logit-bound: must be >= 0 (0: off), got -4.0",
-        ),
-        (["--init-range", "0"], "argument --init-range: must be > 0, got 0.0"),
-        (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),
-    ],
-)
-def test_fairseq_train_refuses_a_bad_value_in_one_line(argv, message):
-    """The real command: argparse's error as its last line, exit 2, no traceback."""
-    train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
-    run = subprocess.run([train, "/no/data", "--user-dir", USER_DIR, "--arch", "luong_tiny", *argv],
-                         capture_output=True, text=True)  # fmt: skip
-    assert run.returncode == 2
-    assert run.stderr.splitlines()[-1] == f"fairseq-train: error: {message}"
-    assert "Traceback" not in run.stderr
-
-
-# -- window sizes ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("window", ["local-m", "local-p"])
-@pytest.mark.parametrize("size", [0, -3])
-def test_window_size_must_be_positive(window, size):
-    with pytest.raises(OptionError) as err:
-        build(attention_window=window, window_size=size)
-    assert str(err.value) == f"--window-size must be a positive integer, got {size}"
+# -- window sizes wider than the source -----------------------------------------------
 
 
 def _with_weights_of(model, **overrides):
@@ -296,80 +148,6 @@ def test_a_source_without_any_token_is_refused(arch):
         "needs at least its end-of-sentence symbol '</s>'",
     ):
         model(src, lens, random_prev_output(model.decoder.dictionary, 2, 3))
-
-
-# -- sizes that cannot fit ----------------------------------------------------------------
-
-LUONG_SIZES = [
-    "encoder_embed_dim",
-    "encoder_hidden_size",
-    "encoder_layers",
-    "decoder_embed_dim",
-    "decoder_hidden_size",
-    "decoder_layers",
-    "decoder_out_embed_dim",
-    "max_source_positions",
-    "max_target_positions",
-]
-BAHDANAU_SIZES = [
-    "encoder_embed_dim",
-    "encoder_hidden_size",
-    "decoder_embed_dim",
-    "decoder_hidden_size",
-    "attention_dim",
-    "maxout_dim",
-    "maxout_pool",
-    "max_source_positions",
-    "max_target_positions",
-]
-
-
-@pytest.mark.parametrize(
-    "arch, option",
-    [("luong_tiny", o) for o in LUONG_SIZES] + [("bahdanau_tiny", o) for o in BAHDANAU_SIZES],
-)
-@pytest.mark.parametrize("value", [0, -1])
-def test_sizes_must_be_positive(arch, option, value):
-    with pytest.raises(OptionError) as err:
-        build(arch, **{option: value})
-    flag = "--" + option.replace("_", "-")
-    assert str(err.value) == f"{flag} must be a positive integer, got {value}"
-
-
-@pytest.mark.parametrize(
-    "overrides, message",
-    [
-        (
-            dict(encoder_hidden_size=32),
-            "the decoder starts from the encoder's final states, so --encoder-hidden-size (32) must equal --decoder-hidden-size (24)",
-        ),
-        (dict(decoder_layers=3), "--encoder-layers (2) must equal --decoder-layers (3)"),
-        (
-            dict(share_decoder_input_output_embed=True),
-            "--share-decoder-input-output-embed needs --decoder-out-embed-dim (20) == --decoder-embed-dim (16)",
-        ),
-        (
-            dict(attention_window="none", input_feeding=False),
-            "with --attention-window none the output layer reads h_t, so --decoder-out-embed-dim (20) must equal --decoder-hidden-size (24)",
-        ),
-    ],
-)
-def test_luong_sizes_that_cannot_fit(overrides, message):
-    with pytest.raises(OptionError) as err:
-        build("luong_tiny", **overrides)
-    assert message in str(err.value)
-    fixed = {"decoder_out_embed_dim": 16} if "share_decoder_input_output_embed" in overrides else {}
-    if fixed:  # the sizes the message asks for do fit
-        build("luong_tiny", **overrides, **fixed)
-
-
-def test_dot_score_with_different_sizes():
-    with pytest.raises(
-        OptionError,
-        match="--attention-score dot needs the decoder and encoder "
-        "hidden sizes to match, got decoder 24 and encoder 32; use 'general'",
-    ):
-        build_score("dot", 24, 32)
 
 
 # -- checkpoints loaded into another architecture ------------------------------------------
