@@ -1,8 +1,8 @@
 """The WMT recipes (recipes/wmt*/run.sh, luong_plugin/corpora/wmt*.py): SGML reading
 against sacrebleu's reader, tokenized BLEU against a loop-based multi-bleu.perl,
-vocabulary and length filter, the train command line against the papers' learning-rate
-schedules (through fairseq's own parser and scheduler), offline fetching, and every
-recipe end to end on a stand-in raw directory: prepare -> train 1 update -> evaluate."""
+vocabulary and length filter, offline fetching, and every recipe end to end on a
+stand-in raw directory: prepare -> train 1 update -> evaluate. The train command line
+against the papers' learning-rate schedules: test_wmt_train_command.py."""
 
 import collections
 import io
@@ -10,12 +10,10 @@ import json
 import math
 import os
 import random
-import shlex
 import subprocess
 import tarfile
 
 import pytest
-import torch
 from conftest import REPO, VENV_BIN
 
 from luong_plugin.corpora import wmt, wmt_run, wmt_standin
@@ -168,117 +166,6 @@ def test_tokenizer_is_moses_aggressive_without_escaping():
     assert list(wmt.tokenize_pairs(pairs, "en", "de", workers=2, chunk=4)) == list(
         wmt.tokenize_pairs(pairs, "en", "de", workers=1)
     )
-
-
-# ------------------------------------------------------- train command and LR schedule
-
-
-def dry_run(recipe, *args):
-    out = subprocess.run(
-        ["bash", f"recipes/{recipe}/run.sh", "train", "--data", "/data", "--dry-run", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return shlex.split(out.strip().splitlines()[-1])
-
-
-def parse_train_command(cmd):
-    """The command line through fairseq-train's own parser, as the trainer sees it."""
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    assert os.path.basename(cmd[0]) == "fairseq-train"
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, input_args=cmd[1:])
-    return args, convert_namespace_to_omegaconf(args)
-
-
-def lr_per_epoch(cfg):
-    """The learning rate of each epoch, stepping fairseq's scheduler as the trainer does."""
-    from fairseq import optim
-    from fairseq.optim import lr_scheduler
-
-    optimizer = optim.build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
-    scheduler = lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optimizer)
-    lrs = []
-    for epoch in range(1, cfg.optimization.max_epoch + 1):
-        scheduler.step_begin_epoch(epoch)
-        scheduler.step_update(1)  # every update of the epoch keeps it
-        lrs.append(optimizer.get_lr())
-    return lrs
-
-
-@pytest.mark.parametrize(
-    "recipe, arch, epochs, halve_after",
-    [
-        ("wmt14_en_de", "luong_base_wmt_en_de", 10, 5),  # §4.1, no dropout
-        ("wmt14_en_de", None, 12, 8),  # default arch luong_wmt_en_de: dropout
-        ("wmt14_en_de", "luong_global_dot_wmt_en_de", 12, 8),
-        ("wmt15_de_en", "luong_base_reverse_wmt_en_de", 10, 5),
-        ("wmt15_de_en", "luong_global_location_wmt_en_de", 12, 8),
-    ],
-)
-def test_luong_recipe_trains_with_the_papers_schedule(recipe, arch, epochs, halve_after):
-    """§4.1: "we start with a learning rate of 1; after 5 epochs, we begin to halve the
-    learning rate every epoch" (12 epochs, after 8, with dropout); SGD, batch 128,
-    gradient norm 5."""
-    cmd = dry_run(recipe, *(["--arch", arch] if arch else []))
-    args, cfg = parse_train_command(cmd)
-    expected = [1.0] * halve_after + [0.5**k for k in range(1, epochs - halve_after + 1)]
-    assert lr_per_epoch(cfg) == pytest.approx(expected)
-    assert cfg.optimizer._name == "sgd" and cfg.optimizer.momentum == 0
-    assert cfg.dataset.batch_size == 128 and cfg.dataset.max_tokens is None
-    assert cfg.optimization.clip_norm == 5
-    assert args.arch == (arch or "luong_wmt_en_de")
-    src, tgt = recipe.split("_")[1:]
-    assert (cfg.task.source_lang, cfg.task.target_lang) == (src, tgt)
-
-
-def test_table3_rows_without_dropout_take_the_no_dropout_schedule():
-    """Luong Table 3 adds dropout only at its fourth row: the earlier attention rows
-    train an attention arch with --dropout 0 and the 10-epoch schedule."""
-    args, cfg = parse_train_command(dry_run(
-        "wmt15_de_en", "--arch", "luong_global_location_wmt_en_de",
-        "--config", "luong_base_reverse_wmt_en_de", "--", "--dropout", "0"))  # fmt: skip
-    assert args.dropout == 0 and args.attention_score == "location" and args.input_feeding
-    assert lr_per_epoch(cfg) == pytest.approx([1.0] * 5 + [0.5, 0.25, 0.125, 0.0625, 0.03125])
-
-
-def test_bahdanau_recipe_trains_with_adadelta():
-    """Appendix B.2: Adadelta (eps 1e-6, rho 0.95), minibatches of 80, gradient norm 1;
-    §4.2: about 5 days."""
-    args, cfg = parse_train_command(dry_run("wmt14_en_fr"))
-    assert args.arch == "bahdanau_rnnsearch_wmt_en_fr"
-    assert cfg.optimizer._name == "adadelta"
-    assert (cfg.optimizer.adadelta_eps, cfg.optimizer.adadelta_rho) == (1e-6, 0.95)
-    assert cfg.optimization.lr == [1.0] and cfg.optimization.clip_norm == 1
-    assert cfg.dataset.batch_size == 80 and cfg.optimization.stop_time_hours == 120
-    args, _ = parse_train_command(dry_run("wmt14_en_fr", "--arch", "bahdanau_rnnencdec_wmt_en_fr"))
-    assert args.attention == "none"
-
-
-def test_world_size_keeps_the_effective_batch_and_the_schedule():
-    _, cfg = parse_train_command(dry_run("wmt14_en_de", "--world-size", "8"))
-    assert cfg.dataset.batch_size * cfg.distributed_training.distributed_world_size == 128
-    assert cfg.distributed_training.distributed_world_size == 8
-    assert lr_per_epoch(cfg) == pytest.approx([1.0] * 8 + [0.5, 0.25, 0.125, 0.0625])
-    with pytest.raises(ValueError, match=r"--world-size 3 .* one of \[1, 2, 4, 8, 16, 32"):
-        wmt_run.config_flags(wmt_run.load_config("luong_wmt_en_de"), world_size=3)
-
-
-def test_errors_name_the_option_and_the_choices():
-    with pytest.raises(ValueError, match="--config 'nope'.*luong_wmt_en_de"):
-        wmt_run.load_config("nope")
-    with pytest.raises(ValueError, match="--recipe 'wmt16'.*wmt14_en_de, wmt15_de_en"):
-        wmt.get_recipe("wmt16")
-    proc = subprocess.run(
-        ["bash", "recipes/wmt14_en_de/run.sh", "train", "--data", "x", "--arch", "luong",
-         "--dry-run"],
-        cwd=REPO, capture_output=True, text=True,
-    )  # fmt: skip
-    assert proc.returncode != 0 and "--config 'luong'" in proc.stderr
 
 
 # -------------------------------------------------------------------- raw files, fetch
