@@ -1,0 +1,64 @@
+"""A smoke run of the benchmark harness (bench/run.py --quick): every section in its
+JSON and its report. It asserts no timing."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+
+@pytest.mark.slow
+def test_bench_quick_mode_writes_a_report(bible, tmp_path):
+    out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "bench", "run.py"),
+            "--quick",
+            "--threads",
+            "1",
+            "--data",
+            str(bible),
+            "--out",
+            str(out),
+            "--json",
+            str(raw),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(raw.read_text())
+    for section in ("train", "generate", "memory", "attention", "attention_train", "profile", "flops",
+                    "gemm", "malloc"):  # fmt: skip
+        assert results[section], section
+    assert all(v["tok_s"] > 0 for v in results["train"].values())
+    assert "fairseq lstm, fused loss" in results["malloc"]["train"]
+    assert results["malloc"]["allocator"] == "glibc"  # the child runs without tcmalloc
+    assert (
+        results["memory"]["fairseq lstm"]["peak"] > results["memory"]["fairseq lstm"]["rss_before"]
+    )
+    text = out.read_text()
+    for heading in (
+        "## Targets",
+        "## Training throughput",
+        "## Beam-5 generation",
+        "## Peak memory",
+        "## Attention cost against the source length",
+        "## Where the time goes",
+        "## Training with glibc's allocator",
+    ):
+        assert heading in text, heading
+    assert "--quick" in text
+    bf16 = results["bf16"]
+    if "skipped" in bf16:  # no native bf16 on this CPU: the report says so
+        assert "## bf16 mixed precision" in text and bf16["skipped"] in text
+    else:
+        assert bf16["train"]["global-general feed [bf16]"]["tok_s"] > 0
+        assert bf16["gemm"]["bf16"] > 0 and bf16["generate"] and bf16["memory"] and bf16["profile"]
+        assert "| global-general feed [bf16] |" in text
