@@ -229,9 +229,9 @@ def main(argv=None):
     import os
     import sys
 
-    import report
     import run
     import torch
+    import verdicts
 
     argv = sys.argv[1:] if argv is None else argv
     args = run.parse_args(argv)
@@ -252,7 +252,7 @@ def main(argv=None):
     lines += (
         markdown(results)
         + [""]
-        + [f"- {t}: {m} ({v})" for t, m, v in targets(results, report._verdict)]
+        + [f"- {t}: {m} ({v})" for t, m, v in targets(results, verdicts.verdict)]
     )
     text = "\n".join(lines) + "\n"
     if "--out" in argv:
