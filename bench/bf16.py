@@ -38,8 +38,8 @@ def split(name: str) -> Tuple[str, List[str]]:
 
 def run_section(args, bin_dir: str, training: Callable, generation: Callable,
                 memory: Callable, log: Callable) -> dict:  # fmt: skip
-    """The section's results; ``training``, ``generation`` and ``memory`` are
-    run.py's, which build systems by these names."""
+    """The section's results; ``training`` and ``generation`` are throughput.py's and
+    ``memory`` run.py's, which build systems by these names."""
     from luong_plugin.modules.precision import cpu_has_native_bf16
 
     if not cpu_has_native_bf16():
@@ -230,6 +230,7 @@ def main(argv=None):
     import sys
 
     import run
+    import throughput
     import torch
     import verdicts
 
@@ -244,7 +245,11 @@ def main(argv=None):
         return measure.memory_in_child(os.path.abspath(run.__file__), name, argv)
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    results = {"bf16": run_section(args, bin_dir, run.training, run.generation, memory, run.log)}
+    results = {
+        "bf16": run_section(
+            args, bin_dir, throughput.training, throughput.generation, memory, run.log
+        )
+    }
     results["bf16"][
         "load"
     ] = f"{load} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
