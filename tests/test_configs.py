@@ -152,7 +152,7 @@ def hydra_train(path, data, save_dir):
 
 @pytest.mark.slow
 def test_every_config_trains_two_updates_through_fairseq_hydra_train(bible, tmp_path):
-    from test_compatibility import run_parallel
+    from compatibility_harness import run_parallel
 
     logs = run_parallel([hydra_train(p, bible / "bin", tmp_path / arch_of(p)) for p in CONFIGS])
     for path, log in zip(CONFIGS, logs):

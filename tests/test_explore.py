@@ -315,7 +315,7 @@ def test_page_in_a_real_browser(bible, tiny, tmp_path):
     finally:
         chromium.close()
         manager.stop()
-    from test_analysis_tools import assert_png
+    from conftest import assert_png
 
     image = assert_png(png)
     colours = np.unique((image[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
