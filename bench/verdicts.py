@@ -16,7 +16,7 @@ def verdict(value: float, target: float, more_is_better: bool = True) -> str:
 
 
 def targets(r: dict) -> list:
-    """(target, measured, verdict) rows for the issue's targets."""
+    """(target, measured, verdict) rows for the speed targets docs/BENCHMARKS.md states."""
     rows = []
     train = r["train"]
     pairs = [
