@@ -315,7 +315,10 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
         "",
         "Runs trained one thread each, several at a time on a shared machine: their speeds say",
         "nothing and are not shown. A cell with one value ran one seed; an empty cell was not",
-        "reached (the run's budget, `updates` in its JSON, was smaller).",
+        "reached (the run's budget, `updates` in its JSON, was smaller). Most rows marked `not",
+        "run` ran earlier with one seed, in fp32, to 1,000 updates: their results are in",
+        "`docs/experiments/compare/` at commit 26e0f16. What the table shows: docs/DEMO.md,",
+        '"Per update against fairseq\'s `lstm`".',
         "",
     ]
     here = os.path.dirname(os.path.abspath(__file__))
