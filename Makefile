@@ -55,8 +55,9 @@ test: setup sword lint
 demo: setup sword
 	bash recipes/bible_es_en/demo.sh
 
-# The papers' Tables 1 and 4, RNNsearch/RNNencdec and fairseq's lstm at CPU scale,
-# one budget for all; writes docs/RESULTS.md (about an hour on 2 cores).
+# The papers' Tables 1 and 4, RNNsearch/RNNencdec and fairseq's lstm at CPU scale, word level,
+# two seeds, one budget for all (about 1 3/4 hours on 2 cores); resumes where it stopped;
+# writes docs/experiments/ladder/*.json, docs/RESULTS.md and docs/img/ladder.png.
 ladder: setup sword
 	bash recipes/bible_es_en/prepare.sh
 	recipes/with_tcmalloc $(PY) recipes/bible_es_en/ladder.py
