@@ -106,8 +106,7 @@ def data_lines(budget, data):
     lines += [""] + wrap(
         f"{p['train_kept']:,} of {p['train_pairs']:,} training pairs kept, "
         f"{p['valid_pairs']:,} valid and {p['test_pairs']:,} test pairs. K = {p['vocab']:,} "
-        "was chosen for a few percent of `<unk>` in the test set (WMT'14 with 50K words has "
-        "about 3%), measured for several K:"
+        "was chosen for a few percent of `<unk>` in the test set, measured for several K:"
     )
     lines += [
         "",
