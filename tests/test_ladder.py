@@ -10,11 +10,10 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "recipes", "bible_es_en"))
+import ladder  # noqa: E402
 import ladder_render  # noqa: E402
 import ladder_train  # noqa: E402
 from ladder_rows import ENSEMBLE, MEMBERS, NAMES, ROWS, TABLE1  # noqa: E402
-
-import ladder  # noqa: E402
 
 # ------------------------------------------------------------------ the spread rule
 
