@@ -22,6 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from budget import describe_commit  # noqa: E402  (the commit a run trains, +dirty)
 from ladder_rows import DICTIONARY_OF, ENSEMBLE, MEMBERS, ROWS, UNK_ROWS  # noqa: E402
 
 from luong_plugin.corpora import bible_words, wmt_run  # noqa: E402
@@ -129,15 +130,6 @@ def is_done(results_dir: str, name: str, seed: int, wanted: dict) -> bool:
     """A result exists for these options (else the row x seed is (re)done)."""
     result = read_json(result_path(results_dir, name, seed))
     return result is not None and wanted is not None and result.get("options") == wanted
-
-
-def describe_commit() -> str:
-    git = ["git", "-C", REPO]
-    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        git + ["status", "--porcelain", "luong_plugin", "recipes"], capture_output=True, text=True
-    )
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def run(cmd, log_path, threads, append=False):
