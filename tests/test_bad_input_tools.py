@@ -83,6 +83,25 @@ def checkpoints(data, tmp_path_factory):
     return paths
 
 
+def raw_generate(data, checkpoint, *extra):
+    """fairseq-generate on the raw-text test set, every sentence kept."""
+    return cli(
+        "generate",
+        data,
+        "--user-dir",
+        USER_DIR,
+        "--path",
+        checkpoint,
+        "--dataset-impl",
+        "raw",
+        "--gen-subset",
+        "test",
+        "--required-batch-size-multiple",
+        "1",
+        *extra,
+    )
+
+
 def interactive(data, checkpoint, *extra, stdin):
     return cli(
         "interactive",
@@ -158,27 +177,11 @@ def test_source_longer_than_max_source_positions(data, checkpoints, caplog):
     )
     assert [row[0] for row in rows(out, "H")] == ["H-0", "H-2"]
     assert "1 samples have invalid sizes and will be skipped" in caplog.text
-    generate = (
-        "generate",
-        data,
-        "--user-dir",
-        USER_DIR,
-        "--path",
-        checkpoints["global"],
-        "--dataset-impl",
-        "raw",
-        "--gen-subset",
-        "test",
-        "--beam",
-        "2",
-        "--max-len-b",
-        "4",
-        "--required-batch-size-multiple",
-        "1",
-    )
+    generate = ("--beam", "2", "--max-len-b", "4")
     with pytest.raises(Exception, match="skip this example with --skip-invalid-size-inputs"):
-        cli(*generate, "--max-source-positions", "5")
-    assert len(rows(cli(*generate, "--max-source-positions", "50"), "H")) == 8
+        raw_generate(data, checkpoints["global"], *generate, "--max-source-positions", "5")
+    out = raw_generate(data, checkpoints["global"], *generate, "--max-source-positions", "50")
+    assert len(rows(out, "H")) == 8
 
 
 @pytest.mark.slow
@@ -195,37 +198,14 @@ def test_invalid_utf8_under_strict_decoding_names_the_byte(data, checkpoints, tm
 @pytest.mark.slow
 def test_generate_with_overrides_the_checkpoint_cannot_take(data, checkpoints):
     with pytest.raises(CheckpointMismatchError) as err:
-        cli(
-            "generate",
-            data,
-            "--user-dir",
-            USER_DIR,
-            "--path",
-            checkpoints["local-p"],
-            "--dataset-impl",
-            "raw",
-            "--gen-subset",
-            "test",
-            "--required-batch-size-multiple",
-            "1",
-            "--model-overrides",
-            "{'attention_window': 'global'}",
+        raw_generate(
+            data, checkpoints["local-p"], "--model-overrides", "{'attention_window': 'global'}"
         )
     assert "--attention-window: checkpoint local-p, model global or local-m" in str(err.value)
     # an override that keeps the parameters is the user's to make: it loads and decodes
-    out = cli(
-        "generate",
+    out = raw_generate(
         data,
-        "--user-dir",
-        USER_DIR,
-        "--path",
         checkpoints["global"],
-        "--dataset-impl",
-        "raw",
-        "--gen-subset",
-        "test",
-        "--required-batch-size-multiple",
-        "1",
         "--max-len-b",
         "4",
         "--model-overrides",
