@@ -201,14 +201,19 @@ def markdown(r: dict) -> list:
             "",
             f"Where the time goes, **{name}** (one update, `torch.profiler`, self CPU time):",
             "",
-            "| operator | calls | self ms | share |",
-            "|---|---:|---:|---:|",
-        ]
-        out += [
-            f"| `{row['op']}` | {row['calls']} | {row['self_ms']:.1f} | {row['share']:.0%} |"
-            for row in rows
+            *profile_markdown(rows),
         ]
     return out
+
+
+def profile_markdown(rows) -> list:
+    """A markdown table of profiled operators (``measure``'s profile rows)."""
+    return [
+        "| operator | calls | self ms | share |",
+        "|---|---:|---:|---:|",
+        *(f"| `{row['op']}` | {row['calls']} | {row['self_ms']:.1f} | {row['share']:.0%} |"
+          for row in rows),
+    ]  # fmt: skip
 
 
 def _rows(train: dict, flops: dict) -> list:

@@ -307,15 +307,5 @@ def markdown(r: dict) -> str:
             "",
         ]
         for name, rows in prof.items():
-            out += [
-                f"**{name}**",
-                "",
-                "| operator | calls | self ms | share |",
-                "|---|---:|---:|---:|",
-            ]
-            out += [
-                f"| `{row['op']}` | {row['calls']} | {row['self_ms']:.1f} | {row['share']:.0%} |"
-                for row in rows
-            ]
-            out.append("")
+            out += [f"**{name}**", "", *bf16.profile_markdown(rows), ""]
     return "\n".join(out).rstrip() + "\n"
