@@ -92,14 +92,21 @@ def test_local_attention_paths_equal_masked(window, score, renormalize, path, st
     assert (masked[1] > 0).sum(-1).min() >= 1
 
 
-def test_forward_masks_short_sources_slices_close_windows_and_gathers_the_rest(monkeypatch):
-    module = LuongAttention("general", "local-m", 24, 24, window_size=3)
+def record_paths(monkeypatch, module) -> list:
+    """The list that ``module``'s masked / sliced / gathered paths append their name to
+    when they run (each still runs)."""
     calls = []
     for path in ("masked", "sliced", "gathered"):
         original = getattr(module, path)
         monkeypatch.setattr(
             module, path, lambda *a, p=path, f=original, **k: calls.append(p) or f(*a, **k)
         )
+    return calls
+
+
+def test_forward_masks_short_sources_slices_close_windows_and_gathers_the_rest(monkeypatch):
+    module = LuongAttention("general", "local-m", 24, 24, window_size=3)
+    calls = record_paths(monkeypatch, module)
     cases = [(6, "spread", 1), (40, "spread", 1), (40, "together", 1), (40, "together", 20)]
     for S, steps, shortest in cases:
         inputs = _attention_inputs(S=S, steps=steps, shortest=shortest)
@@ -164,12 +171,7 @@ def test_training_masks_short_sources_and_gathers_long_ones_never_slices(monkeyp
     gathered one beyond, whatever the slice; without autograd it picks by length and
     slice (test above)."""
     module = LuongAttention("general", "local-m", 24, 24, window_size=3)
-    calls = []
-    for path in ("masked", "sliced", "gathered"):
-        original = getattr(module, path)
-        monkeypatch.setattr(
-            module, path, lambda *a, p=path, f=original, **k: calls.append(p) or f(*a, **k)
-        )
+    calls = record_paths(monkeypatch, module)
     assert attention_module.TRAIN_GATHER_FROM * module.window.width == 56
     for S in (40, 60):  # 40 < 56 <= 60
         for steps, shortest in (("spread", 1), ("together", 20)):
