@@ -11,8 +11,10 @@ accumulation, while these stay fp32:
   the fused loss);
 - the LSTM cell state c_t and h_t of the input-feeding loop and the GRU state
   s_i / h_i: each product is cast to fp32 before the gates (``lstm_step``,
-  ``PaperGRU.step``). The LSTMs that run as one ``nn.LSTM`` call (Luong's encoder,
-  the decoder without input feeding) are autocast whole: their state is bf16;
+  ``PaperGRU.step``). Luong's encoder runs ``nn.LSTM`` on a packed batch, whose
+  steps autocast only the products: its state is fp32 too. The decoder without
+  input feeding runs one unpacked ``nn.LSTM`` call, autocast whole (oneDNN's bf16
+  LSTM): its state is bf16;
 - local-p's p_t (eq. 9) and local-m's centre, which index positions up to S:
   bf16's 8-bit mantissa would move them by several positions beyond 256;
 - the attention of one decoding step (T = 1 in the per-step loop), whose

@@ -324,9 +324,10 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:  # imported from a test by its path
         sys.path.insert(0, here)
-    from trajectory import table_lines  # this directory; it imports this module
+    import bf16_parts  # this directory; both import this module
+    import trajectory
 
-    lines += table_lines()
+    lines += trajectory.table_lines() + bf16_parts.table_lines()
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
