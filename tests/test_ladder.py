@@ -217,11 +217,25 @@ def test_an_empty_ladder_renders_every_row_as_still_to_run(args):
     ladder.do_render(args)
     page = open(args.out, encoding="utf-8").read()
     assert "0 of 30 row × seed runs done." in page
+    assert "## Reading the steps" not in page
     for name in [*ROWS, ENSEMBLE]:
         assert f"`{name}` (seeds 1, 2)" in " ".join(page.split())
     for name in TABLE1:
         assert f"| {ROWS[name].label} | – | – |" in page
     assert not os.path.exists(args.plot)
+
+
+def test_the_hand_written_reading_goes_between_the_tables_and_the_runs(args):
+    os.makedirs(args.results)
+    with open(os.path.join(args.results, "reading.md"), "w", encoding="utf-8") as f:
+        f.write("- **Reverse**: within the spread.\n")
+    ladder.do_render(args)
+    page = open(args.out, encoding="utf-8").read()
+    reading = page.split("## Reading the steps")[1].split("## Runs")[0]
+    assert "## fairseq's own `lstm`" in page.split("## Reading the steps")[0]
+    assert "- **Reverse**: within the spread." in reading
+    link = os.path.relpath(os.path.join(args.results, "reading.md"), os.path.dirname(args.out))
+    assert f"([reading.md]({link}))" in reading
 
 
 # ----------------------------------------------------------------------- bad input

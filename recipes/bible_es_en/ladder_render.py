@@ -22,7 +22,7 @@ from ladder_rows import (
     TABLE4,
     TABLE4_LABELS,
 )
-from ladder_text import data_lines, intro_lines, notes_lines, runs_lines
+from ladder_text import data_lines, intro_lines, notes_lines, reading_lines, runs_lines
 from ladder_train import ensemble_options, options, read_json, same_but_precision
 
 # ------------------------------------------------------------------ the spread rule
@@ -287,6 +287,7 @@ def render(budget, results_dir: str, out: str, plot_path: str, seeds=(1, 2)):
     lines += data_lines(budget, data)
     for table in (table1, table4, table_bahdanau, table_peer):
         lines += ["", *table(r)]
+    lines += reading_lines(results_dir, out)
     lines += runs_lines(r, todo, other, out, plot_path, has_plot=bool(r))
     lines += notes_lines(r)
     with open(out, "w", encoding="utf-8") as f:

@@ -179,6 +179,23 @@ def by_row(pairs):
     )
 
 
+READING = "reading.md"
+
+
+def reading_lines(results_dir, out):
+    """``RESULTS/reading.md``, written by hand from the tables once their rows have run:
+    what each step's result suggests where the spread rule does not show the paper's
+    direction. None before it exists."""
+    path = os.path.join(results_dir, READING)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        text = f.read().strip()
+    link = os.path.relpath(path, os.path.dirname(os.path.abspath(out)))
+    return ["", "## Reading the steps", "",
+            f"Written by hand from the tables above ([{READING}]({link})).", "", text]  # fmt: skip
+
+
 def notes_lines(results):
     lines = ["", "## Notes", ""]
     unk = [(r["scores"]["plain"]["unk_in_output"], r["scores"]["plain"]["output_tokens"])
