@@ -6,8 +6,9 @@ the same function with the machinery that makes it fast, tested equal to it
 (tests/test_fast_paths.py, test_loop_weight.py, test_luong_model.py):
 
 - the embedding half of layer 0's input gates, W_x y_{t-1} + b for every t,
-  is one GEMM before the loop; each step multiplies only [h̃_{t-1}; h_{t-1}] by
-  the recurrent half of the weights (``lstm_step``);
+  is one GEMM before the loop (``input_gates``, fp32 under bf16); each step
+  multiplies only [h̃_{t-1}; h_{t-1}] by the recurrent half of the weights
+  (``lstm_step``);
 - those weights are ``nn.LSTM``'s own parameters, sliced and concatenated once
   per call (and cast to bf16 once under ``--precision bf16``); in incremental
   decoding, once per generation call, kept in the incremental state
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .loop_weight import LoopWeight
-from .precision import at_least_fp32, product_dtype
+from .precision import at_least_fp32, full_precision, product_dtype
 
 
 class LoopOutput(NamedTuple):
@@ -71,6 +72,15 @@ def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: Lo
     return h, c
 
 
+def input_gates(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """Layer 0's input gates from y_{t-1} for every t, W_x y_{t-1} + b (B x T x 4H): one
+    GEMM before the loop, in fp32 under ``--precision bf16``: in bf16 this one product
+    cost the demo's model 21% valid perplexity at 500 updates and 11% at 1,000
+    (docs/COMPARE.md, "Where bf16 costs per update")."""
+    with full_precision(x.device):
+        return F.linear(x, weight, bias)  # B x T x 4H
+
+
 def run(
     decoder,
     x: Tensor,
@@ -93,10 +103,8 @@ def run(
     if decoder.attention is not None and torch.is_grad_enabled():
         combine = LoopWeight(decoder.W_c.weight.t().to(product_dtype(x)))
         position = decoder.attention.window.loop_weights(product_dtype(x))  # local-p only
-    # layer 0's input gates from y_{t-1}, all steps in one GEMM; unbind, not
-    # slicing per step: one backward node instead of a B x T x 4H zero-fill per step
-    gates_x = F.linear(x, lstm.weight_ih_l0[:, :C], layers[0][1])  # B x T x 4H
-    gates_x = gates_x.unbind(1)  # T x [B x 4H]
+    # unbind, not slicing per step: one backward node instead of a B x T x 4H zero-fill per step
+    gates_x = input_gates(x, lstm.weight_ih_l0[:, :C], layers[0][1]).unbind(1)  # T x [B x 4H]
     hiddens = list(state["hidden"].unbind(0))  # L x [B x H]
     cells = list(state["cell"].unbind(0))
     input_feed = state["input_feed"]  # B x O: h̃_{t-1}

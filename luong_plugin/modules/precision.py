@@ -11,15 +11,22 @@ accumulation, while these stay fp32:
   the fused loss);
 - the LSTM cell state c_t and h_t of the input-feeding loop and the GRU state
   s_i / h_i: each product is cast to fp32 before the gates (``lstm_step``,
-  ``PaperGRU.step``). Luong's encoder runs ``nn.LSTM`` on a packed batch, whose
-  steps autocast only the products: its state is fp32 too. The decoder without
-  input feeding runs one unpacked ``nn.LSTM`` call, autocast whole (oneDNN's bf16
-  LSTM): its state is bf16;
+  ``PaperGRU.step``). The LSTMs run as one ``nn.LSTM`` call (Luong's encoder, on
+  a packed batch, and the decoder without input feeding) are autocast whole, and
+  torch picks their kernel by batch: oneDNN's bf16 LSTM, with a bf16 state and
+  bf16 outputs, for the no-feed decoder and for packed batches whose lengths are
+  all equal (tests/test_bf16_parts.py), its own LSTM with bf16 products and an
+  fp32 state for other packed batches;
+- layer 0's input gates from the embeddings in the input-feeding loop,
+  W_x y_{t-1} + b for all steps (``luong_loop.input_gates``): in bf16 this one
+  product cost the demo's model 21% valid perplexity at 500 updates (two seeds;
+  docs/COMPARE.md, "Where bf16 costs per update");
 - local-p's p_t (eq. 9) and local-m's centre, which index positions up to S:
   bf16's 8-bit mantissa would move them by several positions beyond 256;
 - the attention of one decoding step (T = 1 in the per-step loop), whose
   B x 1 x S products are too small for bf16 to pay (measured slower than fp32:
-  docs/SPEED.md, "Mixed precision"), so it runs in fp32 on fp32 keys.
+  docs/SPEED.md, "Mixed precision"), so it runs in fp32 when the encoder's
+  outputs are fp32 (``step_attention_precision``).
 
 The recurrent weights of the per-step loop are cast to bf16 once per call, not
 at every step (``loop_weights``): autocast caches the casts of parameters, not

@@ -10,7 +10,10 @@ inputs and weights; everything else stays as ``--precision bf16`` runs it
 (luong_plugin/modules/precision.py):
 
 - ``gates_x``: layer 0's input gates from the embeddings, W_x y_{t-1} + b, one
-  product over all steps (luong_loop.py);
+  product over all steps (``luong_loop.input_gates``). These runs located bf16's cost
+  in this product, and ``--precision bf16`` has kept it in fp32 since: a variant
+  without ``gates_x`` patches it back into bf16, so every variant trains as its
+  name says at any commit;
 - ``gates``: each step's recurrent product [h̃_{t-1}; h_{t-1}] W (``lstm_step``);
 - ``combine``: eq. (5), h̃_t = tanh(W_c [c_t; h_t]);
 - ``output``: eq. (6)'s W_s h̃_t (with the demo's shared embeddings, W_s is the
@@ -18,11 +21,11 @@ inputs and weights; everything else stays as ``--precision bf16`` runs it
 - ``decoder``: the whole decoder outside autocast, on the encoder's outputs cast to fp32
   (this also computes the general score's projected keys W_a h̄ in fp32).
 
-The attention of each step (scores, softmax, c_t) runs in fp32 under bf16 already
-(precision.py, ``step_attention_precision``): no variant needs to keep it.
+The attention of each step (scores, softmax, c_t) runs as precision.py says in
+every variant but ``decoder``.
 
 A variant names the parts it keeps in fp32 (VARIANTS); ``bf16`` keeps none (the
-demo) and ``fp32`` trains with ``--precision fp32``. Every patched run prints one
+demo before ``input_gates``) and ``fp32`` trains with ``--precision fp32``. Every patched run prints one
 marker per part, checked in its log. Each run x seed writes
 ``docs/experiments/bf16_parts/VARIANT.seedK.json`` when it finishes; one whose JSON
 has the same updates is skipped. compare.py renders them into docs/COMPARE.md.
@@ -72,19 +75,17 @@ def keep_fp32(parts, patch=setattr, told=told) -> None:
 
     from luong_plugin.models import luong
     from luong_plugin.modules import luong_decoder, luong_loop
-    from luong_plugin.modules.precision import full_precision
+    from luong_plugin.modules.precision import full_precision, step_attention_precision
 
     Decoder = luong_decoder.LuongDecoder
-    if "gates_x" in parts:
-
-        class F32:  # luong_loop's F.linear, the one product it makes with F
-            @staticmethod
-            def linear(x, weight, bias):
-                with full_precision(x.device):
-                    return torch.nn.functional.linear(x.float(), weight, bias)
-
-        patch(luong_loop, "F", F32)
+    if "gates_x" in parts:  # luong_loop.input_gates runs it in fp32 under bf16
         told("gates_x")
+    else:  # as --precision bf16 ran it before input_gates: under the model's autocast
+
+        def input_gates_bf16(x, weight, bias):
+            return torch.nn.functional.linear(x, weight, bias)  # B x T x 4H
+
+        patch(luong_loop, "input_gates", input_gates_bf16)
     if "gates" in parts:
         concat, step = luong_loop.concat_step_weights, luong_loop.lstm_step
 
@@ -100,13 +101,21 @@ def keep_fp32(parts, patch=setattr, told=told) -> None:
         patch(luong_loop, "lstm_step", step_fp32)
         told("gates")
     if "combine" in parts:
-        attend = Decoder.attend
 
-        def attend_fp32(self, query, proj_keys, encoder_out, steps, combine=None, position=None):
-            with full_precision(query.device):  # eq. (5) outside autocast, W_c in fp32
-                return attend(self, query.float(), proj_keys, encoder_out, steps, None, position)
+        def attend(self, query, proj_keys, encoder_out, steps, combine=None, position=None):
+            """LuongDecoder.attend with eq. (5) outside autocast, W_c in fp32."""
+            values = encoder_out["encoder_out"]
+            with step_attention_precision(query, values):
+                context, prob, extras = self.attention(
+                    query, proj_keys, values, encoder_out["src_pad_mask"],
+                    encoder_out["src_lengths"], steps, position=position,
+                )  # fmt: skip
+            joint = torch.cat([context, query], dim=-1)  # B x T x (E + H): [c_t; h_t]
+            with full_precision(query.device):
+                attn_vec = torch.tanh(self.W_c(joint.float()))  # B x T x O
+            return attn_vec, prob, extras.get("p_t")
 
-        patch(Decoder, "attend", attend_fp32)
+        patch(Decoder, "attend", attend)
         told("combine")
     if "output" in parts:
 
@@ -214,7 +223,9 @@ def table_lines() -> list:
         f"Rendered from `{os.path.relpath(OUT_DIR, compare.REPO)}/` "
         f"(`recipes/bible_es_en/bf16_parts.py`, commit {', '.join(commits)}): `{RUN}` in bf16 "
         "with the parts a row names kept in fp32 (outside autocast, on fp32 inputs and "
-        "weights), one thread per run; valid perplexity, `seed 1 / seed 2` where both ran.",
+        "weights), one thread per run; valid perplexity, `seed 1 / seed 2` where both ran. "
+        "The `gates_x` row is `--precision bf16` as the plugin runs it now "
+        "(`luong_loop.input_gates`); the other rows put that product back into bf16.",
         "",
         "| variant | kept in fp32 | " + " | ".join(f"ppl @ {c}" for c in checks) + " |",
         "|---|---|" + "---|" * len(checks),
@@ -222,7 +233,7 @@ def table_lines() -> list:
     for variant, parts in VARIANTS.items():
         if variant not in results:
             continue
-        kept = {"bf16": "nothing (the demo)", "fp32": "everything (`--precision fp32`)"}
+        kept = {"bf16": "nothing", "fp32": "everything (`--precision fp32`)"}
         cells = []
         for c in checks:
             values = [f"{r['valid_ppl'][str(c)]:.2f}" for _, r in sorted(results[variant].items())
