@@ -34,7 +34,6 @@ has the same updates is skipped. compare.py renders them into docs/COMPARE.md.
 import argparse
 import json
 import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -171,22 +170,7 @@ def train(variant: str, seed: int, args) -> dict:
     options = list(compare.RUNS[RUN][1])
     if variant == "fp32":
         options[options.index("--precision") + 1] = "fp32"
-    argv = [
-        os.path.join(args.data, "bin"), "--user-dir", os.path.join(compare.REPO, "luong_plugin"),
-        *compare.RECIPE, *options, "--seed", str(seed),
-        "--max-update", str(args.updates), "--max-epoch", "0", "--no-save",
-        "--validate-interval-updates", str(args.validate_every), "--validate-interval", "1000",
-        "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
-    ]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=compare.REPO)
-    run = subprocess.run(
-        [os.path.join(compare.REPO, "recipes", "with_tcmalloc"), args.python,
-         os.path.abspath(__file__), "--worker", variant, "--", *argv],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    log = run.stdout + run.stderr
-    if run.returncode != 0:
-        raise RuntimeError(f"{variant} seed {seed} failed (exit {run.returncode}):\n{log[-3000:]}")
+    log = compare.train_in_worker(__file__, variant, options, seed, args)
     missing = [p for p in VARIANTS[variant] if marker(p) not in log]
     if missing:
         raise RuntimeError(f"{variant} seed {seed}: the patch of {missing} did not take effect")

@@ -264,6 +264,30 @@ def train(name: str, seed: int, args) -> dict:
     return result
 
 
+def train_in_worker(script: str, variant: str, options, seed: int, args, log_every=100) -> str:
+    """fairseq-train of RECIPE with ``options`` from ``seed`` for ``args.updates``
+    updates, saving nothing, in a fresh process on one thread that runs ``script
+    --worker variant -- FAIRSEQ_ARGS`` (a recipe of this directory that patches the
+    plugin before it trains); returns the log, raises when the run fails."""
+    argv = [
+        os.path.join(args.data, "bin"), "--user-dir", os.path.join(REPO, "luong_plugin"),
+        *RECIPE, *options, "--seed", str(seed),
+        "--max-update", str(args.updates), "--max-epoch", "0", "--no-save",
+        "--validate-interval-updates", str(args.validate_every), "--validate-interval", "1000",
+        "--no-progress-bar", "--log-format", "simple", "--log-interval", str(log_every),
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=REPO)
+    run = subprocess.run(
+        [os.path.join(REPO, "recipes", "with_tcmalloc"), args.python, os.path.abspath(script),
+         "--worker", variant, "--", *argv],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    log = run.stdout + run.stderr
+    if run.returncode != 0:
+        raise RuntimeError(f"{variant} seed {seed} failed (exit {run.returncode}):\n{log[-3000:]}")
+    return log
+
+
 def load_results():
     results = {}
     if os.path.isdir(RESULTS):

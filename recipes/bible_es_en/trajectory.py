@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 
 import compare  # this directory: the recipe and the runs
@@ -85,22 +84,10 @@ def train(model: str, variant: str, args) -> dict:
     options[options.index("--precision") + 1] = "fp32"  # the plain loop's dtype
     if variant == "fused":
         options += ["--criterion", "fused_label_smoothed_cross_entropy"]
-    argv = [
-        os.path.join(args.data, "bin"), "--user-dir", os.path.join(compare.REPO, "luong_plugin"),
-        *compare.RECIPE, *options, "--seed", str(args.seed),
-        "--max-update", str(args.updates), "--max-epoch", "0", "--no-save",
-        "--validate-interval-updates", str(args.validate_every), "--validate-interval", "1000",
-        "--no-progress-bar", "--log-format", "simple", "--log-interval", str(args.log_every),
-    ]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=compare.REPO)
-    run = subprocess.run(
-        [os.path.join(compare.REPO, "recipes", "with_tcmalloc"), args.python,
-         os.path.abspath(__file__), "--worker", variant, "--", *argv],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    log = run.stdout + run.stderr
-    if run.returncode != 0:
-        raise RuntimeError(f"{model} {variant} failed (exit {run.returncode}):\n{log[-3000:]}")
+    try:
+        log = compare.train_in_worker(__file__, variant, options, args.seed, args, args.log_every)
+    except RuntimeError as error:
+        raise RuntimeError(f"{model} {error}") from None
     if variant in MARK and MARK[variant] not in log:
         raise RuntimeError(f"{model} {variant}: the patch did not take effect")
     # the later criterion's loss line wins if fairseq logs one twice
