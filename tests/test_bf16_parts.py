@@ -112,6 +112,6 @@ def test_section_gives_both_seeds_of_each_variant_run(tmp_path, monkeypatch):
         (tmp_path / f"{variant}.seed{seed}.json").write_text(json.dumps(r))
     rows = [line for line in bf16_parts.table_lines() if line.startswith("| `")]
     assert rows == [
-        "| `bf16` | nothing | 140.00 / 140.00 | 69.90 / 56.12 |",
+        "| `bf16` | nothing | 140.00 (140.00 / 140.00) | 63.01 (69.90 / 56.12) |",
         "| `loop` | `gates_x`, `gates`, `combine` | 140.00 | 67.11 |",
     ]

@@ -12,6 +12,7 @@ from conftest import REPO
 sys.path.insert(0, os.path.join(REPO, "recipes", "bible_es_en"))
 import ladder  # noqa: E402
 import ladder_render  # noqa: E402
+import ladder_text  # noqa: E402
 import ladder_train  # noqa: E402
 from ladder_rows import ENSEMBLE, MEMBERS, NAMES, ROWS, TABLE1  # noqa: E402
 
@@ -236,6 +237,14 @@ def test_the_hand_written_reading_goes_between_the_tables_and_the_runs(args):
     assert "- **Reverse**: within the spread." in reading
     link = os.path.relpath(os.path.join(args.results, "reading.md"), os.path.dirname(args.out))
     assert f"([reading.md]({link}))" in reading
+
+
+def test_the_data_section_says_how_many_unks_copying_can_repair():
+    lines = ladder_text.copyable_lines(
+        {"copyable_unks": {"test_source_unk": 200, "in_reference": 6}}
+    )
+    assert "Of the 200 tokens" in " ".join(lines) and "6 (3.0%) appear verbatim" in " ".join(lines)
+    assert ladder_text.copyable_lines({}) == []
 
 
 # ----------------------------------------------------------------------- bad input

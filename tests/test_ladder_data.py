@@ -78,6 +78,18 @@ def test_test_unk_rates_counted_by_hand(corpus):
     assert (row["train_types_es"], row["train_types_en"]) == (8, 8)
 
 
+def test_copyable_unks_count_source_unks_found_in_their_own_reference(corpus, tmp_path):
+    _, out, _ = corpus  # z5, never, long: none in its own line's reference
+    assert bible_words.copyable_unks(str(out)) == {"test_source_unk": 3, "in_reference": 0}
+    for path, text in {"vocab/dict.es.txt": "dijo 5\nvino 3\n",
+                       "tok/test.es": "Moisés dijo Faraón\nAarón vino\n",
+                       "tok/test.en": "Moses said Faraón Aarón\nAaron came\n"}.items():  # fmt: skip
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(text, encoding="utf-8")
+    # Faraón is in its reference; Aarón only in the other line's
+    assert bible_words.copyable_unks(str(tmp_path)) == {"test_source_unk": 3, "in_reference": 1}
+
+
 def test_prepare_is_skipped_when_up_to_date_and_redone_for_another_k(corpus, capsys):
     raw, out, _ = corpus
     stamp = os.path.getmtime(out / "prepare.json")

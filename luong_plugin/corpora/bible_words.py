@@ -93,6 +93,22 @@ def test_unk_rates(out: str) -> dict:
     return rates
 
 
+def copyable_unks(out: str) -> dict:
+    """The tokenised test source's tokens outside the source vocabulary of a prepared
+    directory, and how many of them appear verbatim in their reference: the most that
+    replacing ``<unk>`` by the aligned source word can repair."""
+    words = read_dict(f"{out}/vocab/dict.{RECIPE.src}.txt")
+    paths = [os.path.join(out, "tok", f"test.{lang}") for lang in (RECIPE.src, RECIPE.tgt)]
+    unk = in_reference = 0
+    with open(paths[0], encoding="utf-8") as src, open(paths[1], encoding="utf-8") as ref:
+        for source, reference in zip(src, ref):
+            reference = set(reference.split())
+            for w in source.split():
+                if w not in words:
+                    unk, in_reference = unk + 1, in_reference + (w in reference)
+    return {"test_source_unk": unk, "in_reference": in_reference}
+
+
 def up_to_date(raw_dir: str, out: str, vocab: int, max_len: int):
     """The statistics of ``out`` when it was prepared from these raw files with these
     settings and is newer than them; else None."""

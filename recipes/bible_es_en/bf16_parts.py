@@ -207,9 +207,10 @@ def table_lines() -> list:
         f"Rendered from `{os.path.relpath(OUT_DIR, compare.REPO)}/` "
         f"(`recipes/bible_es_en/bf16_parts.py`, commit {', '.join(commits)}): `{RUN}` in bf16 "
         "with the parts a row names kept in fp32 (outside autocast, on fp32 inputs and "
-        "weights), one thread per run; valid perplexity, `seed 1 / seed 2` where both ran. "
+        "weights), one thread per run; valid perplexity, `mean (seed 1 / seed 2 / …)`. "
         "The `gates_x` row is `--precision bf16` as the plugin runs it now "
-        "(`luong_loop.input_gates`); the other rows put that product back into bf16.",
+        "(`luong_loop.input_gates`); the rows without `gates_x` put that product back into "
+        "bf16.",
         "",
         "| variant | kept in fp32 | " + " | ".join(f"ppl @ {c}" for c in checks) + " |",
         "|---|---|" + "---|" * len(checks),
@@ -220,9 +221,10 @@ def table_lines() -> list:
         kept = {"bf16": "nothing", "fp32": "everything (`--precision fp32`)"}
         cells = []
         for c in checks:
-            values = [f"{r['valid_ppl'][str(c)]:.2f}" for _, r in sorted(results[variant].items())
+            values = [r["valid_ppl"][str(c)] for _, r in sorted(results[variant].items())
                       if str(c) in r["valid_ppl"]]  # fmt: skip
-            cells.append(" / ".join(values))
+            each = " / ".join(f"{v:.2f}" for v in values)
+            cells.append(f"{sum(values) / len(values):.2f} ({each})" if len(values) > 1 else each)
         what = kept.get(variant, ", ".join(f"`{p}`" for p in parts))
         lines.append(f"| `{variant}` | {what} | " + " | ".join(cells) + " |")
     return lines + [""]

@@ -85,6 +85,7 @@ def prepare_data(args) -> dict:
     if data.get("prepare") != summary:
         ks = sorted(set(UNK_RATE_KS) | {args.vocab})
         data = {"prepare": summary, "unk_rates": bible_words.unk_rates(args.raw_dir, ks)}
+    data["copyable_unks"] = bible_words.copyable_unks(args.data)
     per_epoch = data.setdefault("batches_per_epoch", {})
     if str(args.max_tokens) not in per_epoch:
         per_epoch[str(args.max_tokens)] = batches_per_epoch(args.data, args.max_tokens)

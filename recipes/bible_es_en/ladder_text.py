@@ -127,6 +127,20 @@ def data_lines(budget, data):
             f"side has {row['train_types_es']:,} word types against English's "
             f"{row['train_types_en']:,} in the same verses, so the same K leaves it more `<unk>`s."
         )
+        + copyable_lines(data)
+    )
+
+
+def copyable_lines(data):
+    c = data.get("copyable_unks")
+    if not c:
+        return []
+    share = c["in_reference"] / max(c["test_source_unk"], 1)
+    return [""] + wrap(
+        f"Of the {c['test_source_unk']:,} tokens of the tokenised Spanish test side outside the "
+        f"vocabulary, {c['in_reference']:,} ({100 * share:.1f}%) appear verbatim in their "
+        "English reference: the most that replacing `<unk>` by copying the aligned source word "
+        "can repair."
     )
 
 
