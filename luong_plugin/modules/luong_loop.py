@@ -6,7 +6,7 @@ the same function with the machinery that makes it fast, tested equal to it
 (tests/test_fast_paths.py, test_loop_weight.py, test_luong_model.py):
 
 - the embedding half of layer 0's input gates, W_x y_{t-1} + b for every t,
-  is one GEMM before the loop (``input_gates``, fp32 under bf16); each step
+  is one GEMM before the loop (``input_gates``); each step
   multiplies only [h̃_{t-1}; h_{t-1}] by the recurrent half of the weights
   (``lstm_step``);
 - those weights are ``nn.LSTM``'s own parameters, sliced and concatenated once
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .loop_weight import LoopWeight
-from .precision import at_least_fp32, full_precision, product_dtype
+from .precision import at_least_fp32, product_dtype
 
 
 class LoopOutput(NamedTuple):
@@ -73,12 +73,9 @@ def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: Lo
 
 
 def input_gates(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """Layer 0's input gates from y_{t-1} for every t, W_x y_{t-1} + b (B x T x 4H): one
-    GEMM before the loop, in fp32 under ``--precision bf16``: in bf16 this one product
-    cost the demo's model 21% valid perplexity at 500 updates and 11% at 1,000
-    (docs/COMPARE.md, "Where bf16 costs per update")."""
-    with full_precision(x.device):
-        return F.linear(x, weight, bias)  # B x T x 4H
+    """Layer 0's input gates from y_{t-1} for every t, W_x y_{t-1} + b: one GEMM before
+    the loop (in bf16 under ``--precision bf16``, like the other products)."""
+    return F.linear(x, weight, bias)  # B x T x 4H
 
 
 def run(

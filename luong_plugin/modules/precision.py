@@ -17,10 +17,6 @@ accumulation, while these stay fp32:
   bf16 outputs, for the no-feed decoder and for packed batches whose lengths are
   all equal (tests/test_bf16_parts.py), its own LSTM with bf16 products and an
   fp32 state for other packed batches;
-- layer 0's input gates from the embeddings in the input-feeding loop,
-  W_x y_{t-1} + b for all steps (``luong_loop.input_gates``): in bf16 this one
-  product cost the demo's model 21% valid perplexity at 500 updates (two seeds;
-  docs/COMPARE.md, "Where bf16 costs per update");
 - local-p's p_t (eq. 9) and local-m's centre, which index positions up to S:
   bf16's 8-bit mantissa would move them by several positions beyond 256;
 - the attention of one decoding step (T = 1 in the per-step loop), whose

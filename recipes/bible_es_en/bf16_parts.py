@@ -10,10 +10,7 @@ inputs and weights; everything else stays as ``--precision bf16`` runs it
 (luong_plugin/modules/precision.py):
 
 - ``gates_x``: layer 0's input gates from the embeddings, W_x y_{t-1} + b, one
-  product over all steps (``luong_loop.input_gates``). These runs located bf16's cost
-  in this product, and ``--precision bf16`` has kept it in fp32 since: a variant
-  without ``gates_x`` patches it back into bf16, so every variant trains as its
-  name says at any commit;
+  product over all steps (``luong_loop.input_gates``);
 - ``gates``: each step's recurrent product [h̃_{t-1}; h_{t-1}] W (``lstm_step``);
 - ``combine``: eq. (5), h̃_t = tanh(W_c [c_t; h_t]);
 - ``output``: eq. (6)'s W_s h̃_t (with the demo's shared embeddings, W_s is the
@@ -25,7 +22,7 @@ The attention of each step (scores, softmax, c_t) runs as precision.py says in
 every variant but ``decoder``.
 
 A variant names the parts it keeps in fp32 (VARIANTS); ``bf16`` keeps none (the
-demo before ``input_gates``) and ``fp32`` trains with ``--precision fp32``. Every patched run prints one
+demo) and ``fp32`` trains with ``--precision fp32``. Every patched run prints one
 marker per part, checked in its log. Each run x seed writes
 ``docs/experiments/bf16_parts/VARIANT.seedK.json`` when it finishes; one whose JSON
 has the same updates is skipped. compare.py renders them into docs/COMPARE.md.
@@ -77,14 +74,14 @@ def keep_fp32(parts, patch=setattr, told=told) -> None:
     from luong_plugin.modules.precision import full_precision, step_attention_precision
 
     Decoder = luong_decoder.LuongDecoder
-    if "gates_x" in parts:  # luong_loop.input_gates runs it in fp32 under bf16
+    if "gates_x" in parts:
+
+        def input_gates_fp32(x, weight, bias):
+            with full_precision(x.device):
+                return torch.nn.functional.linear(x, weight, bias)  # B x T x 4H
+
+        patch(luong_loop, "input_gates", input_gates_fp32)
         told("gates_x")
-    else:  # as --precision bf16 ran it before input_gates: under the model's autocast
-
-        def input_gates_bf16(x, weight, bias):
-            return torch.nn.functional.linear(x, weight, bias)  # B x T x 4H
-
-        patch(luong_loop, "input_gates", input_gates_bf16)
     if "gates" in parts:
         concat, step = luong_loop.concat_step_weights, luong_loop.lstm_step
 
@@ -207,10 +204,7 @@ def table_lines() -> list:
         f"Rendered from `{os.path.relpath(OUT_DIR, compare.REPO)}/` "
         f"(`recipes/bible_es_en/bf16_parts.py`, commit {', '.join(commits)}): `{RUN}` in bf16 "
         "with the parts a row names kept in fp32 (outside autocast, on fp32 inputs and "
-        "weights), one thread per run; valid perplexity, `mean (seed 1 / seed 2 / …)`. "
-        "The `gates_x` row is `--precision bf16` as the plugin runs it now "
-        "(`luong_loop.input_gates`); the rows without `gates_x` put that product back into "
-        "bf16.",
+        "weights), one thread per run; valid perplexity, `mean (seed 1 / seed 2 / …)`.",
         "",
         "| variant | kept in fp32 | " + " | ".join(f"ppl @ {c}" for c in checks) + " |",
         "|---|---|" + "---|" * len(checks),
