@@ -209,7 +209,7 @@ def test_a_partial_ladder_renders_the_rows_done_and_lists_the_rest(args):
     assert todo == ", ".join(missing) + "."
     other_options = page.split("**Results with other options, not shown**")[1]
     assert "`rnnsearch` (seed 1)" in " ".join(other_options.split())
-    assert "6 of 30 row × seed runs done." in page
+    assert "6 of 32 row × seed runs done." in page
     with open(args.plot, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -217,7 +217,7 @@ def test_a_partial_ladder_renders_the_rows_done_and_lists_the_rest(args):
 def test_an_empty_ladder_renders_every_row_as_still_to_run(args):
     ladder.do_render(args)
     page = open(args.out, encoding="utf-8").read()
-    assert "0 of 30 row × seed runs done." in page
+    assert "0 of 32 row × seed runs done." in page
     assert "## Reading the steps" not in page
     for name in [*ROWS, ENSEMBLE]:
         assert f"`{name}` (seeds 1, 2)" in " ".join(page.split())

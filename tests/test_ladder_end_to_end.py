@@ -73,7 +73,7 @@ def test_the_ladder_command_with_a_tiny_budget(tmp_path):
     assert unks > 0 and result["scores"]["unk_copy"]["replaced"] == unks
 
     page = " ".join((tmp_path / "RESULTS.md").read_text().split())
-    assert "1 of 30 row × seed runs done." in page and "`base` (seeds 1, 2)" in page
+    assert "1 of 32 row × seed runs done." in page and "`base` (seeds 1, 2)" in page
     assert "`local_p_general` (seed 2)" in page
     assert (tmp_path / "ladder.png").exists()
     data = json.loads((tmp_path / "results" / "data.json").read_text())

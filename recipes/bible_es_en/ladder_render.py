@@ -13,6 +13,7 @@ from ladder_rows import (
     ENSEMBLE,
     MEMBERS,
     NAMES,
+    OURS_BESIDE_PEER,
     PAPER_BAHDANAU,
     PAPER_TABLE1,
     PAPER_TABLE4,
@@ -229,7 +230,7 @@ def table_peer(r):
         "| Model | Ppl | BLEU (tok.) | sacreBLEU | s / 100 updates |",
         "|---|---|---|---|---|",
     ]
-    for name in [*PEER, "global_general"]:
+    for name in [*PEER, *OURS_BESIDE_PEER]:
         cells = [cell(values(r, name, "best_valid_ppl")), cell(values(r, name)),
                  cell(values(r, name, "sacrebleu")),
                  cell(values(r, name, "s_per_100_updates"), 0)]  # fmt: skip

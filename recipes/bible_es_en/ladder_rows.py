@@ -43,6 +43,13 @@ ROWS = {
         "fairseq `lstm` (global general attention, input feeding)",
         ("--decoder-attention", "True"),
     ),
+    # the row beside fairseq's lstm that differs from global (general) in one setting:
+    # the source read forward, as the demo and fairseq's lstm read it (not a paper row)
+    "global_general_forward": Row(
+        "luong_global_general_wmt_en_de",
+        "global (general), source read forward (`--no-reverse-source`)",
+        ("--no-reverse-source",),
+    ),
 }
 # Table 1's last row: the 8 attentional Luong models of the ladder decoded together
 # (the paper ensembles 8 models "with different attention approaches"); decoding only.
@@ -75,6 +82,8 @@ TABLE4_LABELS = {"global_location": "global (location)", "local_p_general": "loc
 UNK_ROWS = TABLE4
 BAHDANAU = ["rnnencdec", "rnnsearch"]
 PEER = ["fairseq_lstm"]
+# ours beside the peer: the paper's global (general), then the same reading forward
+OURS_BESIDE_PEER = ["global_general", "global_general_forward"]
 
 # The papers' numbers: Luong et al. on WMT'14 English->German newstest2014, Bahdanau
 # et al. on WMT'14 English->French newstest2014; both tokenised BLEU (multi-bleu.perl).
