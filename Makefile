@@ -56,7 +56,7 @@ demo: setup sword
 	bash recipes/bible_es_en/demo.sh
 
 # The papers' Tables 1 and 4, RNNsearch/RNNencdec and fairseq's lstm at CPU scale, word level,
-# two seeds, one budget for all (about 1 3/4 hours on 2 cores); resumes where it stopped;
+# two seeds, one budget for all (1 h 23 min on 2 cores from a fresh clone); resumes where it stopped;
 # writes docs/experiments/ladder/*.json, docs/RESULTS.md and docs/img/ladder.png.
 ladder: setup sword
 	bash recipes/bible_es_en/prepare.sh
