@@ -6,9 +6,8 @@ the same function with the machinery that makes it fast, tested equal to it
 (tests/test_fast_paths.py, test_loop_weight.py, test_luong_model.py):
 
 - the embedding half of layer 0's input gates, W_x y_{t-1} + b for every t,
-  is one GEMM before the loop (``input_gates``); each step
-  multiplies only [h̃_{t-1}; h_{t-1}] by the recurrent half of the weights
-  (``lstm_step``);
+  is one GEMM before the loop (``input_gates``); each step multiplies only
+  [h̃_{t-1}; h_{t-1}] by the recurrent half of the weights (``lstm_step``);
 - those weights are ``nn.LSTM``'s own parameters, sliced and concatenated once
   per call (and cast to bf16 once under ``--precision bf16``); in incremental
   decoding, once per generation call, kept in the incremental state
