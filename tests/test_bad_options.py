@@ -100,11 +100,11 @@ def test_every_numeric_option_has_a_rule():
 
 
 def refused_value(name, field_type):
-    for text in ("0", "-1", "1.5"):
-        value = field_type(text) if field_type is float or "." not in text else None
+    for text in ("0", "-1", "1.5", "nan"):
+        value = field_type(text) if field_type is float or text.lstrip("-").isdigit() else None
         if value is not None and VALUE_RULES[name](value):
             return text
-    raise AssertionError(f"none of 0, -1, 1.5 breaks the rule of {name}")
+    raise AssertionError(f"none of 0, -1, 1.5, nan breaks the rule of {name}")
 
 
 @pytest.mark.parametrize(
@@ -132,6 +132,7 @@ def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
             "argument --position-logit-bound: must be >= 0 (0: off), got -4.0",
         ),
         (["--init-range", "0"], "argument --init-range: must be > 0, got 0.0"),
+        (["--forget-gate-bias", "inf"], "argument --forget-gate-bias: must be a number, got inf"),
         (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),
     ],
 )

@@ -183,6 +183,55 @@ def test_init_is_uniform_in_range():
     assert big.min() < -0.045 and big.max() > 0.045
 
 
+def forget_slices(model):
+    """{name: (forget gate's b_ih, the rest of the LSTM's parameters)} per LSTM layer."""
+    out = {}
+    for part in ("encoder", "decoder"):
+        lstm = getattr(model, part).lstm
+        H = lstm.hidden_size
+        for name, param in lstm.named_parameters():
+            if name.startswith("bias_ih"):
+                rest = torch.cat([param[:H], param[2 * H :]])
+                out[f"{part}.{name}"] = (param[H : 2 * H], rest)
+    return out
+
+
+@pytest.mark.parametrize("bias", [1.0, -0.5])
+def test_forget_gate_bias_moves_only_the_forget_gates(bias):
+    """--forget-gate-bias b: b_ih[H:2H] (torch's gate order i, f, g, o) of every layer of
+    both LSTMs is b + U(-r, r); every other parameter is the default init, draw for draw."""
+    torch.manual_seed(3)
+    plain = build("luong_tiny", init_range=0.05)
+    torch.manual_seed(3)
+    biased = build("luong_tiny", init_range=0.05, forget_gate_bias=bias)
+    slices = forget_slices(biased)
+    assert len(slices) == 4  # luong_tiny: 2 encoder + 2 decoder layers
+    for name, (forget, rest) in slices.items():
+        plain_forget, plain_rest = forget_slices(plain)[name]
+        torch.testing.assert_close(forget, plain_forget + bias, atol=1e-6, rtol=0)
+        torch.testing.assert_close(rest, plain_rest, atol=0, rtol=0)
+        assert ((forget - bias).abs() <= 0.05 + 1e-6).all(), name
+    seen = {f"{p}.lstm.{n}" for p, n in (k.split(".", 1) for k in slices)}
+    for name, param in biased.named_parameters():
+        if name not in seen:
+            torch.testing.assert_close(param, dict(plain.named_parameters())[name], atol=0, rtol=0)
+
+
+def test_forget_gate_bias_reaches_the_gates():
+    """The bias shows where the cell uses it: a 1-step decoder from zero state has
+    σ(f) = σ(b + ...) — a big b keeps c_{t-1}, checked on the LSTM's own step."""
+    torch.manual_seed(0)
+    model = build("luong_tiny", forget_gate_bias=20.0)
+    lstm = model.decoder.lstm
+    x = torch.zeros(1, 1, lstm.input_size)
+    c0 = torch.full((lstm.num_layers, 1, lstm.hidden_size), 0.7)
+    h0 = torch.zeros_like(c0)
+    with torch.no_grad():
+        _, (_, c1) = torch.nn.LSTM.forward(lstm, x, (h0, c0))
+    # c_1 = σ(f) c_0 + σ(i) tanh(g) with σ(f) ≈ 1 and |σ(i) tanh(g)| <= 0.5 · tanh(0.3)
+    assert (c1[0] - 0.7).abs().max() < 0.5 * torch.tanh(torch.tensor(0.3)) + 1e-3
+
+
 # -- parameter counts with a 50K/50K vocabulary ---------------------------------
 
 

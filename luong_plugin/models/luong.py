@@ -111,6 +111,14 @@ class LuongConfig(FairseqDataclass):
     init_range: float = field(
         default=0.1, metadata={"help": "uniform init of all parameters in [-r, r]"}
     )
+    forget_gate_bias: float = field(
+        default=0.0,
+        metadata={
+            "help": "add this to the forget gates' biases of every LSTM layer after the "
+            "uniform init, so that c_{t-1} is kept early in training (Gers et al. 2000; "
+            "Jozefowicz et al. 2015 use 1); 0: the paper's init"
+        },
+    )
     share_decoder_input_output_embed: bool = field(
         default=False, metadata={"help": "tie the target embedding and W_s"}
     )
@@ -271,6 +279,7 @@ class LuongModel(PluginModel):
         model = cls(encoder, decoder)
         set_precision(model, cfg.precision)
         init_uniform_(model, cfg.init_range)
+        add_forget_gate_bias_(model, cfg.forget_gate_bias)
         if attention is not None and cfg.position_lr_scale != 1:
             window_module = attention.window
             for param in (window_module.W_p.weight, window_module.v_p.weight):
@@ -306,6 +315,17 @@ def init_uniform_(model: nn.Module, init_range: float) -> None:
         nn.init.uniform_(param, -init_range, init_range)
     for embedding in (model.encoder.embed_tokens, model.decoder.embed_tokens):
         embedding.weight.data[embedding.padding_idx].zero_()
+
+
+def add_forget_gate_bias_(model: nn.Module, bias: float) -> None:
+    """Add ``bias`` to the forget gate's input bias b_ih[H:2H] (torch's gate order i, f, g,
+    o) of every layer of the encoder's and the decoder's LSTM."""
+    if bias == 0:
+        return
+    for lstm in (model.encoder.lstm, model.decoder.lstm):
+        H = lstm.hidden_size
+        for k in range(lstm.num_layers):
+            getattr(lstm, f"bias_ih_l{k}").data[H : 2 * H] += bias
 
 
 # -- named architectures: each sets only its differences from LuongConfig --------

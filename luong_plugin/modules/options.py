@@ -1,6 +1,7 @@
 """Validation helpers: every bad option names itself and what is allowed."""
 
 import argparse
+import math
 
 
 class OptionError(ValueError):
@@ -39,6 +40,7 @@ VALUE_RULES = {
     },
     "dropout": lambda v: None if 0.0 <= v < 1.0 else f"must be in [0, 1), got {v}",
     "init_range": lambda v: None if v > 0 else f"must be > 0, got {v}",
+    "forget_gate_bias": lambda v: None if math.isfinite(v) else f"must be a number, got {v}",
     "position_logit_bound": lambda v: None if v >= 0 else f"must be >= 0 (0: off), got {v}",
     "position_lr_scale": lambda v: None if 0 < v <= 1 else f"must be in (0, 1] (1: off), got {v}",
 }  # fmt: skip

@@ -122,6 +122,13 @@ RUNS = {
         + ["--no-reverse-source", "--no-attend-source-eos"]
         + OURS["luong"],
     ),
+    "global-forward-luong-fgb1": (
+        "`global-forward-luong` with `--forget-gate-bias 1`",
+        GLOBAL
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--forget-gate-bias", "1"],
+    ),
     "local-p-forward": (
         "`local-p-forward-renorm` without `--renormalize-window` (the paper's eq. (10))",
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
