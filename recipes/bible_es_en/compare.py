@@ -129,6 +129,13 @@ RUNS = {
         + OURS["luong"]
         + ["--forget-gate-bias", "1"],
     ),
+    "local-p-forward-renorm-fgb1": (
+        "`local-p-forward-renorm` with `--forget-gate-bias 1`",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--forget-gate-bias", "1"],
+    ),
     "local-p-forward": (
         "`local-p-forward-renorm` without `--renormalize-window` (the paper's eq. (10))",
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
