@@ -113,6 +113,17 @@ def test_demo_sh_refuses_a_window_that_is_not_a_positive_whole_number(window):
     assert "WINDOW must be a positive whole number" in run.stderr and f"'{window}'" in run.stderr
 
 
+@pytest.mark.parametrize("bias", ["", "x", "1e3", "0.", "--1"])
+def test_demo_sh_refuses_a_forget_gate_bias_that_is_not_a_number(bias):
+    env = dict(os.environ, FORGET_GATE_BIAS=bias, DRY_RUN="1")
+    run = subprocess.run(["bash", budget.DEMO], env=env, capture_output=True, text=True)
+    if bias == "":  # unset: the default
+        assert run.returncode == 0
+        return
+    assert run.returncode == 2 and run.stdout == ""
+    assert "FORGET_GATE_BIAS must be a number" in run.stderr and f"'{bias}'" in run.stderr
+
+
 def demo_commands(**env):
     run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, DRY_RUN="1", **env),
                          capture_output=True, text=True, check=True)  # fmt: skip
@@ -145,8 +156,15 @@ def test_demo_sh_trains_what_its_environment_says():
     train, _ = demo_commands()
     assert train[train.index("--window-size") + 1] == "10"
 
-    train, _ = demo_commands(PEER="lstm")
+    for peer in ("", "global"):  # ours: the forget-gate bias, 1 unless told
+        train, _ = demo_commands(PEER=peer)
+        assert train[train.index("--forget-gate-bias") + 1] == "1"
+        train, _ = demo_commands(PEER=peer, FORGET_GATE_BIAS="0")
+        assert train[train.index("--forget-gate-bias") + 1] == "0"
+
+    train, _ = demo_commands(PEER="lstm", FORGET_GATE_BIAS="0.5")
     assert train[train.index("--arch") + 1] == "lstm" and "--precision" not in train
+    assert "--forget-gate-bias" not in train  # an option of ours only
 
 
 def test_demo_sh_picks_bf16_only_where_the_hardware_has_it():

@@ -28,15 +28,22 @@ RUN_DIRS = os.path.join(REPO, "runs", "budget")
 DEMO = os.path.join(REPO, "recipes", "bible_es_en", "demo.sh")
 
 # name: (what it is, demo.sh's environment)
+PAPER_INIT = {"FORGET_GATE_BIAS": "0"}  # the paper's uniform init, as before the option
 RUNS = {
-    "demo": ("`make demo`: local-p (general), renormalised window, bf16",
+    "demo": ("`make demo`: local-p (general), renormalised window, forget-gate bias 1, bf16",
              {"PEER": "", "PRECISION": "bf16"}),
     "global": ("ours, global (general), otherwise the demo", {"PEER": "global", "PRECISION": "bf16"}),
     "lstm": ("fairseq's `lstm` (fp32: fairseq cannot train bf16 on a CPU)",
              {"PEER": "lstm", "PRECISION": "fp32"}),
-    "demo-fp32": ("the demo in fp32", {"PEER": "", "PRECISION": "fp32"}),
-    "demo-d14": ("the demo with D = 14 pieces (the paper's 10 words: 1.37 pieces per Spanish word)",
-                 {"PEER": "", "PRECISION": "bf16", "WINDOW": "14"}),
+    "demo-fgb0": ("the demo with the paper's init (no forget-gate bias)",
+                  {"PEER": "", "PRECISION": "bf16", **PAPER_INIT}),
+    "global-fgb0": ("ours, global, with the paper's init", {"PEER": "global", "PRECISION": "bf16",
+                    **PAPER_INIT}),
+    "demo-fp32": ("the demo in fp32, the paper's init", {"PEER": "", "PRECISION": "fp32",
+                  **PAPER_INIT}),
+    "demo-d14": ("the demo with D = 14 pieces (the paper's 10 words: 1.37 pieces per Spanish "
+                 "word), the paper's init", {"PEER": "", "PRECISION": "bf16", "WINDOW": "14",
+                 **PAPER_INIT}),
     "global-fp32": ("ours, global, in fp32", {"PEER": "global", "PRECISION": "fp32"}),
 }  # fmt: skip
 

@@ -6,7 +6,8 @@
 # translations and an attention heatmap.
 #
 # usage: recipes/bible_es_en/demo.sh
-#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, WINDOW, EXPLORE, PYTHON to override;
+#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, WINDOW, FORGET_GATE_BIAS, EXPLORE,
+#        PYTHON to override;
 #        DRY_RUN=1 prints the training and decoding commands and stops)
 #        PEER=global recipes/bible_es_en/demo.sh   our model with global attention,
 #        otherwise the demo (runs/demo_global): the comparison local-p must win
@@ -54,6 +55,10 @@ print('bf16' if (torch.cuda.is_bf16_supported() if cuda else cpu_has_native_bf16
     2>/dev/null) || { echo "[demo] cannot import luong_plugin with $PYTHON: run make setup" >&2; exit 1; }
   [ "$PRECISION" = bf16 ] || echo "[demo] no native bf16 on this machine: training in fp32" >&2
 fi
+FORGET_GATE_BIAS=${FORGET_GATE_BIAS:-1}  # added to our LSTMs' forget-gate biases at init
+if ! [[ "$FORGET_GATE_BIAS" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
+  echo "FORGET_GATE_BIAS must be a number (0: the paper's init), got '$FORGET_GATE_BIAS'" >&2; exit 2
+fi
 EXPLORE=${EXPLORE:-1}
 
 # The paper's best system (Table 1, last trained row: local-p, general, input
@@ -70,7 +75,10 @@ EXPLORE=${EXPLORE:-1}
 #   p_t follows the diagonal from update 500;
 # - --position-logit-bound 4 keeps eq. (9)'s sigmoid out of saturation;
 # - bf16 products (--precision bf16; PRECISION=fp32 to turn off, and the default
-#   on a machine without native bf16): more updates in the same minutes.
+#   on a machine without native bf16): more updates in the same minutes;
+# - --forget-gate-bias 1 (FORGET_GATE_BIAS=0 for the paper's init): the forget
+#   gates start at sigma(1) = 0.73 instead of 0.5, and the model learns faster per
+#   update (docs/COMPARE.md).
 # Luong's conventions otherwise: </s> not attended, his dropout placement.
 WINDOW_ARGS=(
   --attention-window local-p --window-size "$WINDOW" --position-logit-bound 4 --renormalize-window
@@ -79,7 +87,7 @@ WINDOW_ARGS=(
 MODEL_ARGS=(
   --arch luong_wmt_en_de "${WINDOW_ARGS[@]}" --attention-score general --input-feeding
   --no-reverse-source --no-attend-source-eos --dropout-placement luong
-  --precision "$PRECISION"
+  --precision "$PRECISION" --forget-gate-bias "$FORGET_GATE_BIAS"
 )
 if [ "$PEER" = lstm ]; then
   MODEL_ARGS=(--arch lstm --decoder-attention True)  # dropout 0.2 below: in/out of both LSTMs
