@@ -57,7 +57,7 @@ print('bf16' if (torch.cuda.is_bf16_supported() if cuda else cpu_has_native_bf16
 fi
 FORGET_GATE_BIAS=${FORGET_GATE_BIAS:-1}  # added to our LSTMs' forget-gate biases at init
 if ! [[ "$FORGET_GATE_BIAS" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
-  echo "FORGET_GATE_BIAS must be a number (0: the paper's init), got '$FORGET_GATE_BIAS'" >&2; exit 2
+  echo "FORGET_GATE_BIAS must be a decimal number such as 1 or 0.5 (0: the paper's init), got '$FORGET_GATE_BIAS'" >&2; exit 2
 fi
 EXPLORE=${EXPLORE:-1}
 
