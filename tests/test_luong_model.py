@@ -204,17 +204,18 @@ def test_forget_gate_bias_moves_only_the_forget_gates(bias):
     plain = build("luong_tiny", init_range=0.05)
     torch.manual_seed(3)
     biased = build("luong_tiny", init_range=0.05, forget_gate_bias=bias)
-    slices = forget_slices(biased)
+    slices, plain_slices = forget_slices(biased), forget_slices(plain)
     assert len(slices) == 4  # luong_tiny: 2 encoder + 2 decoder layers
     for name, (forget, rest) in slices.items():
-        plain_forget, plain_rest = forget_slices(plain)[name]
+        plain_forget, plain_rest = plain_slices[name]
         torch.testing.assert_close(forget, plain_forget + bias, atol=1e-6, rtol=0)
         torch.testing.assert_close(rest, plain_rest, atol=0, rtol=0)
         assert ((forget - bias).abs() <= 0.05 + 1e-6).all(), name
     seen = {f"{p}.lstm.{n}" for p, n in (k.split(".", 1) for k in slices)}
+    plain_params = dict(plain.named_parameters())
     for name, param in biased.named_parameters():
         if name not in seen:
-            torch.testing.assert_close(param, dict(plain.named_parameters())[name], atol=0, rtol=0)
+            torch.testing.assert_close(param, plain_params[name], atol=0, rtol=0)
 
 
 def test_forget_gate_bias_reaches_the_gates():
