@@ -74,6 +74,13 @@ class LuongConfig(FairseqDataclass):
             "per update (1: the paper)"
         },
     )
+    position_sigma: float = field(
+        default=0.0,
+        metadata={
+            "help": "local-p: sigma of eq. (10)'s Gaussian, in source positions "
+            "(0: D/2, the paper); the window stays [p_t - D, p_t + D]"
+        },
+    )
     input_feeding: bool = field(
         default=True, metadata={"help": "feed h~_{t-1} to the next decoder input (§3.3)"}
     )
@@ -140,6 +147,11 @@ def validate(cfg) -> None:
     if cfg.position_lr_scale != 1 and window != "local-p":
         raise OptionError(
             "--position-lr-scale scales local-p's position network; it needs "
+            f"--attention-window local-p, got {window}"
+        )
+    if cfg.position_sigma > 0 and window != "local-p":
+        raise OptionError(
+            "--position-sigma sets local-p's Gaussian; it needs "
             f"--attention-window local-p, got {window}"
         )
     if cfg.position_logit_bound > 0 and window != "local-p":
@@ -261,6 +273,7 @@ class LuongModel(PluginModel):
                 max_source_positions=cfg.max_source_positions,
                 logit_bound=cfg.position_logit_bound,
                 position_lr_scale=cfg.position_lr_scale,
+                position_sigma=cfg.position_sigma,
             )
         decoder = LuongDecoder(
             task.target_dictionary,

@@ -97,6 +97,7 @@ class LuongAttention(nn.Module):
         attention_dim: int = 0,
         logit_bound: float = 0.0,
         position_lr_scale: float = 1.0,
+        position_sigma: float = 0.0,
     ):
         super().__init__()
         self.score = build_score(
@@ -113,6 +114,7 @@ class LuongAttention(nn.Module):
             renormalize=renormalize,
             logit_bound=logit_bound,
             position_lr_scale=position_lr_scale,
+            position_sigma=position_sigma,
         )
 
     def precompute(self, keys: Tensor) -> Tensor:

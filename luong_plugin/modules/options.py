@@ -43,6 +43,9 @@ VALUE_RULES = {
     "forget_gate_bias": lambda v: None if math.isfinite(v) else f"must be a number, got {v}",
     "position_logit_bound": lambda v: None if v >= 0 else f"must be >= 0 (0: off), got {v}",
     "position_lr_scale": lambda v: None if 0 < v <= 1 else f"must be in (0, 1] (1: off), got {v}",
+    "position_sigma": lambda v: (
+        None if 0 <= v < math.inf else f"must be a number >= 0 (0: D/2, the paper), got {v}"
+    ),
 }  # fmt: skip
 
 

@@ -37,6 +37,9 @@ Conventions (true source positions, see source.py), those of Luong's code
   W_p and v_p are a times the module's parameters, which the model initialises
   a times wider, so the function and its initial values are the paper's while
   Adam's steps on W_p and v_p shrink by a (plain SGD's by a²).
+- ``position_sigma`` σ > 0 (``--position-sigma``, not in the paper): eq. (10)'s
+  Gaussian takes this σ instead of D/2; the window stays the 2D + 1 positions
+  around floor(p_t). 0 keeps the paper's σ = D/2.
 
 Every window offers the same two forms, each returning the same types:
 
@@ -268,7 +271,7 @@ class _GaussianPrior(torch.autograd.Function):
 
 
 class LocalPredictiveWindow(_LocalWindow):
-    OPTIONS = ("window_size", "renormalize", "logit_bound", "position_lr_scale")
+    OPTIONS = ("window_size", "renormalize", "logit_bound", "position_lr_scale", "position_sigma")
 
     def __init__(
         self,
@@ -277,9 +280,10 @@ class LocalPredictiveWindow(_LocalWindow):
         renormalize: bool = False,
         logit_bound: float = 0.0,
         position_lr_scale: float = 1.0,
+        position_sigma: float = 0.0,
     ):
         super().__init__(query_dim, window_size)
-        self.sigma = window_size / 2.0
+        self.sigma = position_sigma if position_sigma > 0 else window_size / 2.0  # paper: D/2
         self.renormalize = renormalize
         self.logit_bound = logit_bound
         self.position_lr_scale = position_lr_scale

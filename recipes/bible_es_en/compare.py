@@ -136,6 +136,20 @@ RUNS = {
         + OURS["luong"]
         + ["--renormalize-window", "--forget-gate-bias", "1"],
     ),
+    "local-p-forward-renorm-fgb1-sigma10": (
+        "`local-p-forward-renorm-fgb1` with `--position-sigma 10` (σ = D, the paper's D/2 = 5)",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--forget-gate-bias", "1", "--position-sigma", "10"],
+    ),
+    "local-p-forward-renorm-fgb1-sigma20": (
+        "`local-p-forward-renorm-fgb1` with `--position-sigma 20` (σ = 2D)",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--forget-gate-bias", "1", "--position-sigma", "20"],
+    ),
     "local-p-forward": (
         "`local-p-forward-renorm` without `--renormalize-window` (the paper's eq. (10))",
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
