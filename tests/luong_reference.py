@@ -69,6 +69,7 @@ class Options:
     dropout_placement: str = "luong"
     dropout_scale: float = 1.0
     position_lr_scale: float = 1.0  # a: W_p, v_p = a · the module's parameters
+    sigma: float = 0.0  # eq. (10)'s σ; 0: the paper's D/2
 
 
 @dataclass
@@ -178,7 +179,7 @@ def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int):
     if opts.window == "local-p":
         p_t = S_b * _sigmoid(float(w.v_p @ torch.tanh(w.W_p @ h_t)))  # eq. (9)
         centre = math.floor(p_t)
-        sigma = D / 2.0
+        sigma = opts.sigma or D / 2.0  # the paper: "we empirically set σ = D/2"
         positions = [s for s in range(S_b) if abs(s - centre) <= D]
         return positions, p_t, lambda s: math.exp(-((s - p_t) ** 2) / (2 * sigma**2))
     raise ValueError(f"unknown window {opts.window!r}")

@@ -131,6 +131,10 @@ def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
             ["--position-logit-bound", "-4"],
             "argument --position-logit-bound: must be >= 0 (0: off), got -4.0",
         ),
+        (
+            ["--position-sigma", "-2"],
+            "argument --position-sigma: must be a number >= 0 (0: D/2, the paper), got -2.0",
+        ),
         (["--init-range", "0"], "argument --init-range: must be > 0, got 0.0"),
         (["--forget-gate-bias", "inf"], "argument --forget-gate-bias: must be a number, got inf"),
         (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),

@@ -44,7 +44,9 @@ LAYOUTS = {
 }
 
 
-def _opts(window, score=None, feed=False, reverse=False, renormalize=False, layout="luong"):
+def _opts(
+    window, score=None, feed=False, reverse=False, renormalize=False, layout="luong", sigma=0.0
+):
     return Options(
         window=window,
         score=score,
@@ -52,6 +54,7 @@ def _opts(window, score=None, feed=False, reverse=False, renormalize=False, layo
         reverse_source=reverse,
         window_size=D,
         renormalize=renormalize,
+        sigma=sigma,
         **LAYOUTS[layout],
     )
 
@@ -64,6 +67,7 @@ def _build(opts: Options):
         renormalize_window=opts.renormalize,
         attend_source_eos=opts.attend_eos,
         reverse_source_eos=opts.reverse_eos,
+        position_sigma=opts.sigma,
     )
     if opts.window == "none":
         overrides["decoder_out_embed_dim"] = 24  # = decoder_hidden_size: W_s reads h_t
@@ -165,6 +169,15 @@ def test_base_matches_reference(reverse, layout):
 @pytest.mark.parametrize("score", SCORES)
 def test_renormalized_local_p_matches_reference(score, feed):
     _assert_matches_reference(_opts("local-p", score, feed, True, renormalize=True))
+
+
+@pytest.mark.parametrize("renormalize", [False, True], ids=["paper", "renormalized"])
+@pytest.mark.parametrize("sigma", [0.75, 4.0])
+def test_local_p_position_sigma_matches_reference(sigma, renormalize):
+    """--position-sigma: eq. (10)'s Gaussian with σ narrower and wider than D/2 = 1.5;
+    the window stays the 2D + 1 positions around floor(p_t)."""
+    opts = _opts("local-p", "general", True, False, renormalize=renormalize, sigma=sigma)
+    _assert_matches_reference(opts)
 
 
 @pytest.mark.parametrize("score", SCORES)

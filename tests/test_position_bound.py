@@ -1,4 +1,5 @@
-"""--position-logit-bound: local-p's guard against a saturated p_t.
+"""--position-logit-bound: local-p's guard against a saturated p_t (and, at the
+end, the value checks of --position-lr-scale and --position-sigma).
 
 Eq. (9) predicts p_t = S · sigmoid(x_t), x_t = v_pᵀ tanh(W_p h_t). Trained with
 Adam, x_t runs to large negative values within the first updates (p_t = 0, where
@@ -188,3 +189,17 @@ def test_position_lr_scale_out_of_range_is_refused(value):
 def test_position_lr_scale_needs_local_p():
     with pytest.raises(OptionError, match="needs --attention-window local-p"):
         build("luong_tiny", attention_window="global", position_lr_scale=0.5)
+
+
+# -- --position-sigma -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["-1", "inf", "nan"])
+def test_position_sigma_out_of_range_is_refused(value):
+    with pytest.raises(OptionError, match=r"--position-sigma must be a number >= 0 \(0: D/2"):
+        build("luong_tiny", attention_window="local-p", position_sigma=float(value))
+
+
+def test_position_sigma_needs_local_p():
+    with pytest.raises(OptionError, match="needs --attention-window local-p"):
+        build("luong_tiny", attention_window="local-m", position_sigma=2.0)
