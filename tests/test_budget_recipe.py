@@ -121,6 +121,14 @@ def test_demo_sh_refuses_a_forget_gate_bias_that_is_not_a_number(bias):
     assert "FORGET_GATE_BIAS must be a decimal number" in run.stderr and f"'{bias}'" in run.stderr
 
 
+@pytest.mark.parametrize("sigma", ["x", "-1", "1e3", "5."])
+def test_demo_sh_refuses_a_sigma_that_is_not_a_decimal_number(sigma):
+    env = dict(os.environ, SIGMA=sigma, DRY_RUN="1")
+    run = subprocess.run(["bash", budget.DEMO], env=env, capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == ""
+    assert "SIGMA must be a decimal number >= 0" in run.stderr and f"'{sigma}'" in run.stderr
+
+
 def demo_commands(**env):
     run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, DRY_RUN="1", **env),
                          capture_output=True, text=True, check=True)  # fmt: skip
@@ -145,13 +153,17 @@ def test_demo_sh_trains_what_its_environment_says():
     # everything else is the demo's
     demo, _ = demo_commands(PRECISION="bf16")
     window = {"--window-size", "10", "--position-logit-bound", "4", "--renormalize-window",
-              "local-p", "global", "runs/demo", "runs/demo_global"}  # fmt: skip
+              "--position-sigma", "0", "local-p", "global", "runs/demo",
+              "runs/demo_global"}  # fmt: skip
     assert [a for a in train if a not in window] == [a for a in demo if a not in window]
 
     train, _ = demo_commands(WINDOW="14")  # the paper's 10 words, in pieces
     assert train[train.index("--window-size") + 1] == "14"
     train, _ = demo_commands()
     assert train[train.index("--window-size") + 1] == "10"
+    assert train[train.index("--position-sigma") + 1] == "0"  # D/2, the paper's
+    train, _ = demo_commands(SIGMA="7.5")
+    assert train[train.index("--position-sigma") + 1] == "7.5"
 
     for peer in ("", "global"):  # ours: the forget-gate bias, 1 unless told
         train, _ = demo_commands(PEER=peer)

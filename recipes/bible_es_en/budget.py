@@ -44,6 +44,8 @@ RUNS = {
     "demo-d14": ("the demo with D = 14 pieces (the paper's 10 words: 1.37 pieces per Spanish "
                  "word), the paper's init", {"PEER": "", "PRECISION": "bf16", "WINDOW": "14",
                  **PAPER_INIT}),
+    "demo-sigma10": ("the demo with eq. (10)'s sigma = 10 pieces (= D; the paper's D/2 = 5)",
+                     {"PEER": "", "PRECISION": "bf16", "SIGMA": "10"}),
     "global-fp32": ("ours, global, in fp32", {"PEER": "global", "PRECISION": "fp32"}),
 }  # fmt: skip
 

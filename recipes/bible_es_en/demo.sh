@@ -6,7 +6,7 @@
 # translations and an attention heatmap.
 #
 # usage: recipes/bible_es_en/demo.sh
-#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, WINDOW, FORGET_GATE_BIAS, EXPLORE,
+#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, WINDOW, SIGMA, FORGET_GATE_BIAS, EXPLORE,
 #        PYTHON to override;
 #        DRY_RUN=1 prints the training and decoding commands and stops)
 #        PEER=global recipes/bible_es_en/demo.sh   our model with global attention,
@@ -45,6 +45,10 @@ WINDOW=${WINDOW:-10}  # local-p's D, in pieces
 case "$WINDOW" in
   ''|*[!0-9]*|0*) echo "WINDOW must be a positive whole number of source pieces (local-p's D), got '$WINDOW'" >&2; exit 2 ;;
 esac
+SIGMA=${SIGMA:-0}  # local-p's Gaussian sigma, in pieces (0: D/2, the paper's)
+if ! [[ "$SIGMA" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+  echo "SIGMA must be a decimal number >= 0 such as 10 or 7.5 (local-p's Gaussian sigma in pieces; 0: D/2, the paper's), got '$SIGMA'" >&2; exit 2
+fi
 PRECISION=${PRECISION:-}
 if [ -z "$PRECISION" ]; then  # bf16 where the device has it in hardware, else fp32
   PRECISION=$("$PYTHON" -c "
@@ -82,6 +86,7 @@ EXPLORE=${EXPLORE:-1}
 # Luong's conventions otherwise: </s> not attended, his dropout placement.
 WINDOW_ARGS=(
   --attention-window local-p --window-size "$WINDOW" --position-logit-bound 4 --renormalize-window
+  --position-sigma "$SIGMA"
 )
 [ "$PEER" = global ] && WINDOW_ARGS=(--attention-window global)
 MODEL_ARGS=(
