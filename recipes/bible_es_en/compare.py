@@ -150,6 +150,20 @@ RUNS = {
         + OURS["luong"]
         + ["--renormalize-window", "--forget-gate-bias", "1", "--position-sigma", "20"],
     ),
+    "local-p-forward-renorm-fgb1-sigma3.5": (
+        "`local-p-forward-renorm-fgb1` with `--position-sigma 3.5` (narrower than D/2 = 5)",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--forget-gate-bias", "1", "--position-sigma", "3.5"],
+    ),
+    "local-p-forward-renorm-fgb1-d7": (
+        "`local-p-forward-renorm-fgb1` with D = 7 pieces (σ = D/2 = 3.5)",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--forget-gate-bias", "1", "--window-size", "7"],
+    ),
     "local-p-forward": (
         "`local-p-forward-renorm` without `--renormalize-window` (the paper's eq. (10))",
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
