@@ -121,17 +121,20 @@ def test_fast_loop_equals_the_paper_loop(window, score, placement, layers, src_l
 @pytest.mark.parametrize("renormalize", [False, True], ids=["G", "renorm"])
 @pytest.mark.parametrize("scale", [1.0, 4.0], ids=["a1", "a4"])
 @pytest.mark.parametrize("bound", [0.0, 1.5], ids=["nobound", "bound"])
-def test_position_step_equals_the_plain_path(bound, scale, renormalize):
+@pytest.mark.parametrize("detach", [False, True], ids=["query", "detached"])
+def test_position_step_equals_the_plain_path(detach, bound, scale, renormalize):
     """Eq. (9) and eq. (10)'s prior step by step as the decoder's loop runs them in
     training (``loop_weights``: one autograd node per step, the weight gradients one
     GEMM over all steps) against the plain modules: p_t, the prior and the gradient
-    of the query, W_p and v_p, with logits beyond the bound on both sides."""
+    of the query, W_p and v_p, with logits beyond the bound on both sides; with
+    ``--position-detach-query`` the query gets no gradient on either path."""
     from luong_plugin.modules.windows import LocalPredictiveWindow
 
     torch.manual_seed(0)
     B, T, H, S = 4, 6, 8, 12
     window = LocalPredictiveWindow(H, window_size=3, logit_bound=bound, renormalize=renormalize,
-                                   position_lr_scale=scale).double()  # fmt: skip
+                                   position_lr_scale=scale, detach_query=detach
+                                   ).double()  # fmt: skip
     with torch.no_grad():
         window.v_p.weight.mul_(8 / scale)  # logits on both sides of ±bound
     queries = torch.randn(B, T, H, dtype=torch.float64)
@@ -157,8 +160,12 @@ def test_position_step_equals_the_plain_path(bound, scale, renormalize):
     plain, looped = run(False), run(True)
     torch.testing.assert_close(looped[0], plain[0], atol=1e-12, rtol=0)
     torch.testing.assert_close(looped[1], plain[1], atol=1e-12, rtol=0)
+    if detach:
+        assert looped[2][0] is None and plain[2][0] is None  # h_t: nothing from eq. (9)
+        looped, plain = (looped[0], looped[1], looped[2][1:]), (plain[0], plain[1], plain[2][1:])
     for got, want in zip(looped[2], plain[2]):
         torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+        assert got.abs().sum() > 0
     if bound:  # the bound acted: some logit lies beyond it
         logits = window.logit(queries)
         assert (logits.abs() > bound).any() and (logits.abs() < bound).any()

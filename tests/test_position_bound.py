@@ -203,3 +203,41 @@ def test_position_sigma_out_of_range_is_refused(value):
 def test_position_sigma_needs_local_p():
     with pytest.raises(OptionError, match="needs --attention-window local-p"):
         build("luong_tiny", attention_window="local-m", position_sigma=2.0)
+
+
+# -- --position-detach-query ------------------------------------------------------
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["plain", "training-loop"])
+def test_detached_query_keeps_the_forward_and_cuts_eq9_from_the_decoder(train):
+    """Same forward pass; a loss of p_t alone then reaches W_p and v_p, and the
+    decoder's LSTM only without the option (eq. (9)'s gradient into h_t)."""
+    plain = spread_parameters(build("luong_tiny", dropout=0.0))
+    detached = build("luong_tiny", dropout=0.0, position_detach_query=True)
+    detached.load_state_dict(plain.state_dict())
+    src, lengths = random_batch(plain.encoder.dictionary, [12, 4, 7])
+    prev = random_prev_output(plain.decoder.dictionary, 3, 9)
+    grads = {}
+    for name, model in (("plain", plain), ("detached", detached)):
+        model.train(train)  # train: the decoder's per-step loop with loop weights
+        logits, extra = model(src, lengths, prev)
+        grads[name] = dict(zip(
+            [n for n, _ in model.named_parameters()],
+            torch.autograd.grad(extra["p_t"][0].sum(), list(model.parameters()), allow_unused=True),
+        ))  # fmt: skip
+        grads[name]["logits"] = logits.detach()
+    assert torch.equal(grads["plain"]["logits"], grads["detached"]["logits"])
+    for name, grad in grads["detached"].items():
+        if name == "logits":
+            continue
+        if ".window." in name:  # W_p, v_p: the position network still learns
+            assert grad is not None and grad.abs().sum() > 0, name
+        else:  # p_t = f(W_p, v_p; h_t held fixed)
+            assert grad is None or not grad.any(), name
+        if "lstm" in name and "weight" in name:  # without the option eq. (9) reaches them
+            assert grads["plain"][name].abs().sum() > 0, name
+
+
+def test_position_detach_query_needs_local_p():
+    with pytest.raises(OptionError, match="needs --attention-window local-p"):
+        build("luong_tiny", attention_window="global", position_detach_query=True)

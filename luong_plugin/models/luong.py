@@ -81,6 +81,13 @@ class LuongConfig(FairseqDataclass):
             "(0: D/2, the paper); the window stays [p_t - D, p_t + D]"
         },
     )
+    position_detach_query: bool = field(
+        default=False,
+        metadata={
+            "help": "local-p training aid: eq. (9) reads h_t but passes no gradient back "
+            "into the decoder; W_p and v_p learn as before (off: the paper)"
+        },
+    )
     input_feeding: bool = field(
         default=True, metadata={"help": "feed h~_{t-1} to the next decoder input (§3.3)"}
     )
@@ -147,6 +154,11 @@ def validate(cfg) -> None:
     if cfg.position_lr_scale != 1 and window != "local-p":
         raise OptionError(
             "--position-lr-scale scales local-p's position network; it needs "
+            f"--attention-window local-p, got {window}"
+        )
+    if cfg.position_detach_query and window != "local-p":
+        raise OptionError(
+            "--position-detach-query changes local-p's position network; it needs "
             f"--attention-window local-p, got {window}"
         )
     if cfg.position_sigma > 0 and window != "local-p":
@@ -274,6 +286,7 @@ class LuongModel(PluginModel):
                 logit_bound=cfg.position_logit_bound,
                 position_lr_scale=cfg.position_lr_scale,
                 position_sigma=cfg.position_sigma,
+                position_detach_query=cfg.position_detach_query,
             )
         decoder = LuongDecoder(
             task.target_dictionary,

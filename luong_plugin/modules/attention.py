@@ -98,6 +98,7 @@ class LuongAttention(nn.Module):
         logit_bound: float = 0.0,
         position_lr_scale: float = 1.0,
         position_sigma: float = 0.0,
+        position_detach_query: bool = False,
     ):
         super().__init__()
         self.score = build_score(
@@ -115,6 +116,7 @@ class LuongAttention(nn.Module):
             logit_bound=logit_bound,
             position_lr_scale=position_lr_scale,
             position_sigma=position_sigma,
+            detach_query=position_detach_query,
         )
 
     def precompute(self, keys: Tensor) -> Tensor:

@@ -37,6 +37,10 @@ Conventions (true source positions, see source.py), those of Luong's code
   W_p and v_p are a times the module's parameters, which the model initialises
   a times wider, so the function and its initial values are the paper's while
   Adam's steps on W_p and v_p shrink by a (plain SGD's by a²).
+- ``detach_query`` (``--position-detach-query``, not in the paper): eq. (9) reads
+  h_t but passes no gradient back into it, so the loss reaches the decoder
+  through the attention alone; W_p and v_p learn as before and the forward
+  pass is unchanged.
 - ``position_sigma`` σ > 0 (``--position-sigma``, not in the paper): eq. (10)'s
   Gaussian takes this σ instead of D/2; the window stays the 2D + 1 positions
   around floor(p_t). 0 keeps the paper's σ = D/2.
@@ -222,13 +226,14 @@ class _PositionStep(torch.autograd.Function):
     ``_PredictedPosition``. Tested against the plain path (``logit`` + that)."""
 
     @staticmethod
-    def forward(ctx, query, w_p, v_p, lengths, bound, weights):
+    def forward(ctx, query, w_p, v_p, lengths, bound, weights, detach_query=False):
         x = query.to(w_p.dtype)  # B x H
         hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
         logit = hidden.mm(v_p)  # B x 1
         s = torch.sigmoid(logit)  # B x 1
         ctx.steps = (weights.W_p.record(x), weights.v_p.record(hidden))
         ctx.weights, ctx.bound, ctx.query_dtype = weights, bound, query.dtype
+        ctx.detach_query = detach_query
         ctx.save_for_backward(w_p, v_p, hidden, logit, s, lengths)
         return lengths * s  # B x 1: p_t
 
@@ -242,8 +247,10 @@ class _PositionStep(torch.autograd.Function):
         grad_pre = grad_logit.mm(v_p.t()) * (1 - hidden * hidden)  # B x H: through tanh
         grad_pre = grad_pre.to(w_p.dtype)
         ctx.weights.W_p.record_grad(step_w, grad_pre)
+        if ctx.detach_query:  # --position-detach-query: h_t gets nothing from eq. (9)
+            return None, None, None, None, None, None, None
         grad_query = grad_pre.mm(w_p.t()).to(ctx.query_dtype)  # B x H
-        return grad_query, None, None, None, None, None
+        return grad_query, None, None, None, None, None, None
 
 
 class _GaussianPrior(torch.autograd.Function):
@@ -271,7 +278,10 @@ class _GaussianPrior(torch.autograd.Function):
 
 
 class LocalPredictiveWindow(_LocalWindow):
-    OPTIONS = ("window_size", "renormalize", "logit_bound", "position_lr_scale", "position_sigma")
+    OPTIONS = (
+        "window_size", "renormalize", "logit_bound", "position_lr_scale", "position_sigma",
+        "detach_query",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -281,8 +291,10 @@ class LocalPredictiveWindow(_LocalWindow):
         logit_bound: float = 0.0,
         position_lr_scale: float = 1.0,
         position_sigma: float = 0.0,
+        detach_query: bool = False,
     ):
         super().__init__(query_dim, window_size)
+        self.detach_query = detach_query
         self.sigma = position_sigma if position_sigma > 0 else window_size / 2.0  # paper: D/2
         self.renormalize = renormalize
         self.logit_bound = logit_bound
@@ -320,9 +332,10 @@ class LocalPredictiveWindow(_LocalWindow):
                 lengths,
                 self.logit_bound,
                 weights,
+                self.detach_query,
             )  # B x 1: eq. (9)
         else:
-            logit = self.logit(query)  # B x T
+            logit = self.logit(query.detach() if self.detach_query else query)  # B x T
             logit = logit.to(at_least_fp32(logit.dtype))  # p_t in fp32 under bf16 (precision.py)
             lengths = src_lengths.unsqueeze(1).type_as(logit)  # B x 1: S_b
             p_t = _PredictedPosition.apply(logit, lengths, self.logit_bound)  # B x T: eq. (9)

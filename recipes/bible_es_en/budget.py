@@ -46,6 +46,10 @@ RUNS = {
                  **PAPER_INIT}),
     "demo-sigma10": ("the demo with eq. (10)'s sigma = 10 pieces (= D; the paper's D/2 = 5)",
                      {"PEER": "", "PRECISION": "bf16", "SIGMA": "10"}),
+    "demo-sigma3.5": ("the demo with eq. (10)'s sigma = 3.5 pieces (the paper's D/2 = 5)",
+                      {"PEER": "", "PRECISION": "bf16", "SIGMA": "3.5"}),
+    "demo-d7": ("the demo with D = 7 pieces (sigma = D/2 = 3.5)",
+                {"PEER": "", "PRECISION": "bf16", "WINDOW": "7"}),
     "global-fp32": ("ours, global, in fp32", {"PEER": "global", "PRECISION": "fp32"}),
 }  # fmt: skip
 

@@ -164,6 +164,21 @@ RUNS = {
         + OURS["luong"]
         + ["--renormalize-window", "--forget-gate-bias", "1", "--window-size", "7"],
     ),
+    "local-p-forward-renorm-fgb1-detach": (
+        "`local-p-forward-renorm-fgb1` with `--position-detach-query`",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--forget-gate-bias", "1", "--position-detach-query"],
+    ),
+    "local-p-forward-renorm-fgb1-d14-sigma5": (
+        "`local-p-forward-renorm-fgb1` with D = 14 and `--position-sigma 5` (the Gaussian of D = 10)",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--forget-gate-bias", "1", "--window-size", "14"]
+        + ["--position-sigma", "5"],
+    ),
     "local-p-forward": (
         "`local-p-forward-renorm` without `--renormalize-window` (the paper's eq. (10))",
         LOCAL_P + ["--no-reverse-source", "--no-attend-source-eos"] + OURS["luong"],
