@@ -50,7 +50,8 @@ RUNS = {
                       {"PEER": "", "PRECISION": "bf16", "SIGMA": "3.5"}),
     "demo-d7": ("the demo with D = 7 pieces (sigma = D/2 = 3.5)",
                 {"PEER": "", "PRECISION": "bf16", "WINDOW": "7"}),
-    "demo-d14-sigma5": ("the demo with D = 14 pieces and eq. (10)'s sigma kept at 5 (D = 10's)",
+    "demo-d14-sigma5": ("the demo with D = 14 pieces and eq. (10)'s sigma kept at 5 (D = 10's); "
+                        "a later sitting, whose global runs are in docs/LOCAL_P.md",
                         {"PEER": "", "PRECISION": "bf16", "WINDOW": "14", "SIGMA": "5"}),
     "global-fp32": ("ours, global, in fp32", {"PEER": "global", "PRECISION": "fp32"}),
 }  # fmt: skip
