@@ -113,20 +113,17 @@ def test_demo_sh_refuses_a_window_that_is_not_a_positive_whole_number(window):
     assert "WINDOW must be a positive whole number" in run.stderr and f"'{window}'" in run.stderr
 
 
-@pytest.mark.parametrize("bias", ["x", "1e3", "0.", "--1"])
-def test_demo_sh_refuses_a_forget_gate_bias_that_is_not_a_number(bias):
-    env = dict(os.environ, FORGET_GATE_BIAS=bias, DRY_RUN="1")
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [("FORGET_GATE_BIAS", v, "FORGET_GATE_BIAS must be a decimal number")
+     for v in ("x", "1e3", "0.", "--1")]
+    + [("SIGMA", v, "SIGMA must be a decimal number >= 0") for v in ("x", "-1", "1e3", "5.")],
+)  # fmt: skip
+def test_demo_sh_refuses_a_value_that_is_not_a_decimal_number(variable, value, message):
+    env = dict(os.environ, DRY_RUN="1", **{variable: value})
     run = subprocess.run(["bash", budget.DEMO], env=env, capture_output=True, text=True)
     assert run.returncode == 2 and run.stdout == ""
-    assert "FORGET_GATE_BIAS must be a decimal number" in run.stderr and f"'{bias}'" in run.stderr
-
-
-@pytest.mark.parametrize("sigma", ["x", "-1", "1e3", "5."])
-def test_demo_sh_refuses_a_sigma_that_is_not_a_decimal_number(sigma):
-    env = dict(os.environ, SIGMA=sigma, DRY_RUN="1")
-    run = subprocess.run(["bash", budget.DEMO], env=env, capture_output=True, text=True)
-    assert run.returncode == 2 and run.stdout == ""
-    assert "SIGMA must be a decimal number >= 0" in run.stderr and f"'{sigma}'" in run.stderr
+    assert message in run.stderr and f"'{value}'" in run.stderr
 
 
 def demo_commands(**env):
