@@ -186,9 +186,20 @@ def test_position_lr_scale_out_of_range_is_refused(value):
         build("luong_tiny", attention_window="local-p", position_lr_scale=float(value))
 
 
-def test_position_lr_scale_needs_local_p():
-    with pytest.raises(OptionError, match="needs --attention-window local-p"):
-        build("luong_tiny", attention_window="global", position_lr_scale=0.5)
+@pytest.mark.parametrize(
+    "window, option, value",
+    [
+        ("global", "position_lr_scale", 0.5),
+        ("local-m", "position_sigma", 2.0),
+        ("global", "position_detach_query", True),
+    ],
+)
+def test_position_options_need_local_p(window, option, value):
+    name = "--" + option.replace("_", "-")
+    with pytest.raises(
+        OptionError, match=f"^{name} .*; it needs --attention-window local-p, got {window}$"
+    ):
+        build("luong_tiny", attention_window=window, **{option: value})
 
 
 # -- --position-sigma -----------------------------------------------------------
@@ -198,11 +209,6 @@ def test_position_lr_scale_needs_local_p():
 def test_position_sigma_out_of_range_is_refused(value):
     with pytest.raises(OptionError, match=r"--position-sigma must be a number >= 0 \(0: D/2"):
         build("luong_tiny", attention_window="local-p", position_sigma=float(value))
-
-
-def test_position_sigma_needs_local_p():
-    with pytest.raises(OptionError, match="needs --attention-window local-p"):
-        build("luong_tiny", attention_window="local-m", position_sigma=2.0)
 
 
 # -- --position-detach-query ------------------------------------------------------
@@ -217,27 +223,18 @@ def test_detached_query_keeps_the_forward_and_cuts_eq9_from_the_decoder(train):
     detached.load_state_dict(plain.state_dict())
     src, lengths = random_batch(plain.encoder.dictionary, [12, 4, 7])
     prev = random_prev_output(plain.decoder.dictionary, 3, 9)
-    grads = {}
+    grads, logits = {}, {}
     for name, model in (("plain", plain), ("detached", detached)):
         model.train(train)  # train: the decoder's per-step loop with loop weights
-        logits, extra = model(src, lengths, prev)
-        grads[name] = dict(zip(
-            [n for n, _ in model.named_parameters()],
-            torch.autograd.grad(extra["p_t"][0].sum(), list(model.parameters()), allow_unused=True),
-        ))  # fmt: skip
-        grads[name]["logits"] = logits.detach()
-    assert torch.equal(grads["plain"]["logits"], grads["detached"]["logits"])
+        out, extra = model(src, lengths, prev)
+        names, params = zip(*model.named_parameters())
+        p_t_grads = torch.autograd.grad(extra["p_t"][0].sum(), params, allow_unused=True)
+        grads[name], logits[name] = dict(zip(names, p_t_grads)), out.detach()
+    assert torch.equal(logits["plain"], logits["detached"])
     for name, grad in grads["detached"].items():
-        if name == "logits":
-            continue
         if ".window." in name:  # W_p, v_p: the position network still learns
             assert grad is not None and grad.abs().sum() > 0, name
         else:  # p_t = f(W_p, v_p; h_t held fixed)
             assert grad is None or not grad.any(), name
         if "lstm" in name and "weight" in name:  # without the option eq. (9) reaches them
             assert grads["plain"][name].abs().sum() > 0, name
-
-
-def test_position_detach_query_needs_local_p():
-    with pytest.raises(OptionError, match="needs --attention-window local-p"):
-        build("luong_tiny", attention_window="global", position_detach_query=True)

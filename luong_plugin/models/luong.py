@@ -16,7 +16,7 @@ from fairseq.models import register_model
 from ..modules.attention import LuongAttention
 from ..modules.lstm_encoder import LuongEncoder
 from ..modules.luong_decoder import LuongDecoder
-from ..modules.options import VALUE_RULES, OptionError, check_values
+from ..modules.options import VALUE_RULES, OptionError, check_values, option_name
 from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import SCORES
 from ..modules.windows import WINDOWS
@@ -147,30 +147,24 @@ class LuongConfig(FairseqDataclass):
     max_target_positions: int = field(default=1024, metadata={"help": "longest target"})
 
 
+# options of local-p's position network and prior: (set away from its default?, what it does)
+LOCAL_P_ONLY = {
+    "position_lr_scale": (lambda v: v != 1, "scales local-p's position network"),
+    "position_detach_query": (bool, "changes local-p's position network"),
+    "position_sigma": (lambda v: v > 0, "sets local-p's Gaussian"),
+    "position_logit_bound": (lambda v: v > 0, "bounds local-p's predicted position"),
+}
+
+
 def validate(cfg) -> None:
     compute_dtype(cfg.precision)  # an unknown --precision names the allowed values
     window = cfg.attention_window
     check_values(cfg, [f.name for f in fields(LuongConfig) if f.name in VALUE_RULES])
-    if cfg.position_lr_scale != 1 and window != "local-p":
-        raise OptionError(
-            "--position-lr-scale scales local-p's position network; it needs "
-            f"--attention-window local-p, got {window}"
-        )
-    if cfg.position_detach_query and window != "local-p":
-        raise OptionError(
-            "--position-detach-query changes local-p's position network; it needs "
-            f"--attention-window local-p, got {window}"
-        )
-    if cfg.position_sigma > 0 and window != "local-p":
-        raise OptionError(
-            "--position-sigma sets local-p's Gaussian; it needs "
-            f"--attention-window local-p, got {window}"
-        )
-    if cfg.position_logit_bound > 0 and window != "local-p":
-        raise OptionError(
-            "--position-logit-bound bounds local-p's predicted position; it needs "
-            f"--attention-window local-p, got {window}"
-        )
+    for name, (is_set, what) in LOCAL_P_ONLY.items():
+        if is_set(getattr(cfg, name)) and window != "local-p":
+            raise OptionError(
+                f"{option_name(name)} {what}; it needs --attention-window local-p, got {window}"
+            )
     if cfg.encoder_layers != cfg.decoder_layers:
         raise OptionError(
             "the decoder starts from the encoder's final states, so --encoder-layers "

@@ -44,12 +44,6 @@ RUNS = {
     "demo-d14": ("the demo with D = 14 pieces (the paper's 10 words: 1.37 pieces per Spanish "
                  "word), the paper's init", {"PEER": "", "PRECISION": "bf16", "WINDOW": "14",
                  **PAPER_INIT}),
-    "demo-sigma10": ("the demo with eq. (10)'s sigma = 10 pieces (= D; the paper's D/2 = 5)",
-                     {"PEER": "", "PRECISION": "bf16", "SIGMA": "10"}),
-    "demo-sigma3.5": ("the demo with eq. (10)'s sigma = 3.5 pieces (the paper's D/2 = 5)",
-                      {"PEER": "", "PRECISION": "bf16", "SIGMA": "3.5"}),
-    "demo-d7": ("the demo with D = 7 pieces (sigma = D/2 = 3.5)",
-                {"PEER": "", "PRECISION": "bf16", "WINDOW": "7"}),
     "demo-d14-sigma5": ("the demo with D = 14 pieces and eq. (10)'s sigma kept at 5 (D = 10's); "
                         "a later sitting, whose global runs are in docs/LOCAL_P.md",
                         {"PEER": "", "PRECISION": "bf16", "WINDOW": "14", "SIGMA": "5"}),
