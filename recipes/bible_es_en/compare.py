@@ -395,8 +395,10 @@ def render(path: str, checkpoints=(500, 1000, 2000)) -> None:
     lines += [
         "",
         "Runs trained one thread each, several at a time on a shared machine: their speeds say",
-        "nothing and are not shown. A cell with one value ran one seed; an empty cell was not",
-        "reached (the run's budget, `updates` in its JSON, was smaller). Most rows marked `not",
+        "nothing and are not shown. A cell with one value ran one seed; an empty cell has no",
+        "validation at that update: the run stopped before it (`updates` in its JSON) or",
+        "validated at other updates (`--validate-every`, e.g. every 560; its JSON has each",
+        "value, docs/LOCAL_P.md the tables). Most rows marked `not",
         "run` ran earlier with one seed, in fp32, to 1,000 updates: their results are in",
         "`docs/experiments/compare/` at commit 26e0f16. What the table shows: docs/DEMO.md,",
         '"Per update against fairseq\'s `lstm`".',
