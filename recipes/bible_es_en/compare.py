@@ -213,6 +213,21 @@ RUNS = {
         ]
         + OURS["luong"],
     ),
+    "local-m-forward-fgb1-d14": (
+        "`local-m-forward` with `--forget-gate-bias 1` and D = 14 (the window of `make demo`)",
+        ["--arch", "luong_wmt_en_de", "--attention-window", "local-m"]
+        + ["--attention-score", "general", "--window-size", "14", "--input-feeding", *BF16]
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--forget-gate-bias", "1"],
+    ),
+    "local-p-forward-renorm-fgb1-whole": (
+        "`local-p-forward-renorm-whole` with `--forget-gate-bias 1`",
+        LOCAL_P
+        + ["--no-reverse-source", "--no-attend-source-eos"]
+        + OURS["luong"]
+        + ["--renormalize-window", "--window-size", "200", "--forget-gate-bias", "1"],
+    ),
     "local-p-forward-renorm-lr0.1": (
         "`local-p-forward-renorm`, `--position-lr-scale 0.1`",
         LOCAL_P
