@@ -18,7 +18,7 @@ from systems import FUSED, PAPER_SIZES, REFERENCE
 
 BF16 = " [bf16]"  # the suffix of a system run with --precision bf16
 OURS = "global-general feed"  # fairseq lstm's model
-DEMO = "local-p general feed"  # the demo's model
+DEMO = "local-p general feed"  # the demo's model, at D = 10 (systems.py)
 DEMO_MAX_TOKENS = 2000
 
 TRAIN = [REFERENCE, OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16, DEMO, DEMO + BF16]

@@ -69,7 +69,7 @@ SYSTEMS = [
     System("global-concat feed", _luong("global", "concat", True), "ours"),
     System("global-location feed", _luong("global", "location", True), "ours"),
     System("local-m general feed", _luong("local-m", "general", True, "--window-size", "10"), "ours, D = 10"),
-    System("local-p general feed", _luong("local-p", "general", True, "--window-size", "10", "--position-logit-bound", "4", "--renormalize-window"), "ours, D = 10, bound 4, renormalised (the demo's model)"),
+    System("local-p general feed", _luong("local-p", "general", True, "--window-size", "10", "--position-logit-bound", "4", "--renormalize-window"), "ours, D = 10, bound 4, renormalised (the demo's model at D = 10; its D = 14 does the same work in training at the demo's lengths)"),
     System("local-p general", _luong("local-p", "general", False, "--window-size", "10"), "ours, D = 10, no input feeding"),
     System("base", LUONG + ["--attention-window", "none", "--no-input-feeding"], "ours, no attention (Table 1 Base)"),
 ]  # fmt: skip

@@ -75,6 +75,21 @@ def test_runs_write_results_render_and_resume(tmp_path, monkeypatch):
     assert "Not run yet: `lstm` seed 1, `global` seed 2, `lstm` seed 2." in text
 
 
+def test_a_result_measured_under_another_name_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(budget, "RESULTS", str(tmp_path))
+    result = {
+        "name": "demo", "measured_as": "demo-d14-sigma5", "seed": 1, "updates": 5390,
+        "best_valid_ppl": 7.81, "valid_ppl": {"5040": 7.81}, "bleu": 35.24, "chrf": 55.25,
+        "bleu_signature": "b", "chrf_signature": "c", "started": "2026-11-26 02:47",
+        "commit": "94fcb2f",
+    }  # fmt: skip
+    (tmp_path / "demo.seed1.json").write_text(json.dumps(result))
+    budget.render(str(tmp_path / "B.md"))
+    text = (tmp_path / "B.md").read_text()
+    assert "| `demo` |" in text and "35.24 (seed 1)" in text
+    assert "- `demo` seed 1 (2026-11-26 02:47, commit 94fcb2f, measured as `demo-d14-sigma5`)" in text
+
+
 def test_a_failed_run_writes_no_result(tmp_path, monkeypatch):
     monkeypatch.setattr(budget, "RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(budget, "RUN_DIRS", str(tmp_path / "runs"))
@@ -96,6 +111,21 @@ def test_every_run_is_a_peer_that_demo_sh_knows():
     for name, (_, env) in budget.RUNS.items():
         assert env["PEER"] in known, name
         assert env["PRECISION"] in ("bf16", "fp32"), name
+
+
+@pytest.mark.parametrize(
+    "name, window, sigma",
+    [("demo", "14", "5"), ("demo-d10", "10", "0"), ("demo-fgb0", "10", "0"),
+     ("demo-fp32", "10", "0"), ("demo-d14", "14", "0")],
+)  # fmt: skip
+def test_each_local_p_run_trains_the_window_its_name_says(name, window, sigma):
+    """The rows measured before the demo's default became D = 14, sigma 5 pin the
+    window they were measured with (sigma 0: D/2, the paper's)."""
+    _, env = budget.RUNS[name]
+    train, _ = demo_commands(**env)
+    assert train[train.index("--attention-window") + 1] == "local-p"
+    assert train[train.index("--window-size") + 1] == window
+    assert train[train.index("--position-sigma") + 1] == sigma
 
 
 def test_demo_sh_refuses_an_unknown_peer():
@@ -151,15 +181,16 @@ def test_demo_sh_trains_what_its_environment_says():
     demo, _ = demo_commands(PRECISION="bf16")
     sigma = demo.index("--position-sigma")
     demo = demo[:sigma] + demo[sigma + 2 :]  # local-p's alone, with its value
-    window = {"--window-size", "10", "--position-logit-bound", "4", "--renormalize-window",
+    window = {"--window-size", "14", "--position-logit-bound", "4", "--renormalize-window",
               "local-p", "global", "runs/demo", "runs/demo_global"}  # fmt: skip
     assert [a for a in train if a not in window] == [a for a in demo if a not in window]
 
-    train, _ = demo_commands(WINDOW="14")  # the paper's 10 words, in pieces
+    train, _ = demo_commands()  # the paper's 10 words, in pieces, with D = 10's Gaussian
     assert train[train.index("--window-size") + 1] == "14"
-    train, _ = demo_commands()
+    assert train[train.index("--position-sigma") + 1] == "5"
+    train, _ = demo_commands(WINDOW="10", SIGMA="0")  # the paper's D = 10 and sigma = D/2
     assert train[train.index("--window-size") + 1] == "10"
-    assert train[train.index("--position-sigma") + 1] == "0"  # D/2, the paper's
+    assert train[train.index("--position-sigma") + 1] == "0"
     train, _ = demo_commands(SIGMA="7.5")
     assert train[train.index("--position-sigma") + 1] == "7.5"
 
