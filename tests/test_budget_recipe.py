@@ -87,7 +87,9 @@ def test_a_result_measured_under_another_name_says_so(tmp_path, monkeypatch):
     budget.render(str(tmp_path / "B.md"))
     text = (tmp_path / "B.md").read_text()
     assert "| `demo` |" in text and "35.24 (seed 1)" in text
-    assert "- `demo` seed 1 (2026-11-26 02:47, commit 94fcb2f, measured as `demo-d14-sigma5`)" in text
+    assert (
+        "- `demo` seed 1 (2026-11-26 02:47, commit 94fcb2f, measured as `demo-d14-sigma5`)" in text
+    )
 
 
 def test_a_failed_run_writes_no_result(tmp_path, monkeypatch):
