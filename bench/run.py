@@ -13,6 +13,8 @@ has none (recipes/bible_es_en/prepare.sh, 8K joint SentencePiece vocabulary).
 
 The sections: throughput.py (training and generation), attention.py, bf16.py; the
 measurements: measure.py; the report: report.py, its targets checked in verdicts.py.
+Alone, not part of this run: position_step.py, local-p's extra cost per training step
+against global attention's, piece by piece (docs/LOCAL_P.md).
 """
 
 import argparse

@@ -62,3 +62,36 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
         assert bf16["train"]["global-general feed [bf16]"]["tok_s"] > 0
         assert bf16["gemm"]["bf16"] > 0 and bf16["generate"] and bf16["memory"] and bf16["profile"]
         assert "| global-general feed [bf16] |" in text
+
+
+def test_position_step_prints_every_piece_against_global():
+    """bench/position_step.py --quick: one row per piece, each with its ratio to global."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "position_step.py"), "--quick", "--threads", "1"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [
+        line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")
+    ]
+    assert rows == [
+        "piece",
+        "global",
+        "local-p",
+        "eq. (9)",
+        "mask and log G",
+        "h_t W_p",
+        "loop alone",
+    ]
+    cells = {line.split("|")[1].strip(): line.split("|")[2:4] for line in proc.stdout.splitlines()
+             if line.startswith("| ") and not line.startswith("| piece")}  # fmt: skip
+    assert all(float(us) > 0 and float(ratio) > 0 for us, ratio in cells.values())
+    assert cells["global"][1].strip() == "1.00"
+
+
+def test_position_step_refuses_a_size_below_one():
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "position_step.py"), "--batch", "0"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--batch must be a positive integer" in proc.stderr
