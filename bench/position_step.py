@@ -84,9 +84,10 @@ def pieces(batch: int, hidden: int, src_len: int, steps: int, dtype):
             total = total + h[t].sum()
         total.backward()
 
+    centres = torch.rand(steps, batch, 1, generator=g) * lengths.view(1, -1, 1)  # T x B x 1: p_t
+
     def mask_only():
-        p = [(torch.rand(batch, 1, generator=g) * lengths.view(-1, 1)).requires_grad_()
-             for _ in range(steps)]  # T x [B x 1]: p_t  # fmt: skip
+        p = [c.clone().requires_grad_() for c in centres]  # T x [B x 1], one leaf per step
         total = 0.0
         for t in range(steps):
             centre = Centre(p[t], torch.floor(p[t]).long())  # B x 1 each
