@@ -82,7 +82,8 @@ EXPLORE=${EXPLORE:-1}
 #   with eq. (10)'s sigma kept at 5, the paper's D/2 for 10 (--position-sigma 5):
 #   0.51 BLEU above D = 10 at 15 minutes (two seeds, one sitting), where the
 #   paper's sigma = D/2 = 7 had put the same window 0.96 below D = 10 (both
-#   with the paper's init; docs/LOCAL_P.md); WINDOW=10 SIGMA=0 trains the paper's D = 10, sigma = 5;
+#   with the paper's init; docs/LOCAL_P.md); WINDOW=10 SIGMA=0 trains the
+#   paper's D = 10, sigma = 5;
 # - bf16 products (--precision bf16; PRECISION=fp32 to turn off, and the default
 #   on a machine without native bf16): more updates in the same minutes;
 # - --forget-gate-bias 1 (FORGET_GATE_BIAS=0 for the paper's init): the forget
