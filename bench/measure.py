@@ -19,6 +19,7 @@ import time
 from typing import Callable, Dict, List, Sequence
 
 import torch
+from torch import Tensor
 
 
 def median_rounds(jobs: Dict[str, Callable[[], None]], rounds: int, warmup: int = 1):
@@ -264,6 +265,36 @@ def attention_step_times(
     return results
 
 
+def attention_train_job(
+    module,
+    call: Callable,
+    keys: Tensor,
+    queries: Tensor,
+    pad_mask: Tensor,
+    src_lengths: Tensor,
+    call_kwargs: Callable[[], dict] = dict,
+) -> Callable[[], None]:
+    """A job: the T steps of a recurrence as the input-feeding loop runs them (each
+    query, ``queries`` T x B x 1 x H, adds the previous step's context; ``keys`` B x S x E)
+    through ``call``, then one backward through all of them, as in a training update.
+    ``call_kwargs()`` gives ``call``'s keyword arguments afresh for each run (a
+    loop's taped weights live for one pass)."""
+
+    def job():
+        values = keys.clone().requires_grad_()
+        proj_keys = module.precompute(values)
+        kwargs = call_kwargs()
+        context, total = torch.zeros(keys.size(0), 1, keys.size(2)), 0.0  # B x 1 x E
+        for t in range(queries.size(0)):
+            query = queries[t] + 0.5 * context  # B x 1 x H
+            args = (query, proj_keys, values, pad_mask, src_lengths, torch.tensor([t]))
+            context, _, _ = call(*args, **kwargs)
+            total = total + context.sum()
+        total.backward()
+
+    return job
+
+
 def attention_train_step_times(
     attentions: Dict[str, Callable],
     lengths: Sequence[int],
@@ -284,21 +315,10 @@ def attention_train_step_times(
         src_lengths = torch.randint(S // 2, S + 1, (batch,), generator=g)
         src_lengths[0] = S
         pad_mask = torch.arange(S).unsqueeze(0) >= src_lengths.unsqueeze(1)  # B x S
-        jobs = {}
-        for name, (module, call) in attentions.items():
-
-            def job(module=module, call=call):
-                values = keys.clone().requires_grad_()
-                proj_keys = module.precompute(values)
-                context, total = torch.zeros(batch, 1, hidden), 0.0
-                for t in range(steps):
-                    query = queries[t] + 0.5 * context  # B x 1 x H
-                    args = (query, proj_keys, values, pad_mask, src_lengths, torch.tensor([t]))
-                    context, _, _ = call(*args)
-                    total = total + context.sum()
-                total.backward()
-
-            jobs[name] = job
+        jobs = {
+            name: attention_train_job(module, call, keys, queries, pad_mask, src_lengths)
+            for name, (module, call) in attentions.items()
+        }
         seconds, _ = median_rounds(jobs, rounds, warmup=1)
         for name, s in seconds.items():
             results[name][S] = s / steps

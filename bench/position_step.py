@@ -51,20 +51,7 @@ def pieces(batch: int, hidden: int, src_len: int, steps: int, dtype):
     positions = torch.arange(src_len)  # S
     window = local.window
 
-    def attention(module, position_dtype=None):
-        def job():
-            values = keys.clone().requires_grad_()
-            proj_keys = module.precompute(values)
-            position = None if position_dtype is None else window.loop_weights(position_dtype)
-            context, total = torch.zeros(batch, 1, hidden), 0.0
-            for t in range(steps):
-                query = queries[t] + 0.5 * context  # B x 1 x H: the previous step feeds in
-                args = (query, proj_keys, values, pad_mask, lengths, torch.tensor([t]))
-                context, _, _ = module(*args, position=position)
-                total = total + context.sum()
-            total.backward()
-
-        return job
+    source = (keys, queries, pad_mask, lengths)
 
     def inputs():  # T x [B x 1 x H], one leaf per step, as each step's h_t is its own tensor
         return [q.clone().requires_grad_() for q in queries]
@@ -104,8 +91,10 @@ def pieces(batch: int, hidden: int, src_len: int, steps: int, dtype):
                 x.mm(w_p)
 
     return {
-        "global": attention(glob),
-        "local-p": attention(local, dtype),
+        "global": measure.attention_train_job(glob, glob, *source),
+        "local-p": measure.attention_train_job(
+            local, local, *source, lambda: {"position": window.loop_weights(dtype)}
+        ),
         "eq. (9)": position_only,
         "mask and log G": mask_only,
         "h_t W_p": product_only,

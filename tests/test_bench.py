@@ -71,10 +71,8 @@ def test_position_step_prints_every_piece_against_global():
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [
-        line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| ")
-    ]
-    assert rows == [
+    table = [line.split("|")[1:4] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert [name.strip() for name, _, _ in table] == [
         "piece",
         "global",
         "local-p",
@@ -83,8 +81,7 @@ def test_position_step_prints_every_piece_against_global():
         "h_t W_p",
         "loop alone",
     ]
-    cells = {line.split("|")[1].strip(): line.split("|")[2:4] for line in proc.stdout.splitlines()
-             if line.startswith("| ") and not line.startswith("| piece")}  # fmt: skip
+    cells = {name.strip(): (us, ratio) for name, us, ratio in table[1:]}
     assert all(float(us) > 0 and float(ratio) > 0 for us, ratio in cells.values())
     assert cells["global"][1].strip() == "1.00"
 
