@@ -28,8 +28,16 @@ so a sentence's hypotheses no longer depend on its batch.
 generator records; fairseq's beam search ``SequenceGenerator`` stops with
 ``KeyError: 'steps'``. The mend records, for each of its hypotheses, the
 number of decoding steps that produced it: its length in tokens, ``</s>``
-included. Nothing else in fairseq is touched.
+included.
+
+``--bf16`` (and ``--memory-efficient-bf16``) imply ``--tpu`` in fairseq 0.12
+(``fairseq/options.py``), whatever the machine: without torch_xla the trainer
+stops with ``AttributeError: 'NoneType' object has no attribute 'xla_device'``,
+for fairseq's own ``lstm`` as for the plugin's models. The mend stops it with a
+message that says why and what runs instead. Nothing else in fairseq is touched.
 """
+
+import sys
 
 import fairseq.utils as fairseq_utils
 import torch
@@ -102,6 +110,22 @@ def generate_with_steps(self, sample, *args, **kwargs):
     return finalized
 
 
+_original_get_tpu_device = fairseq_utils.get_tpu_device
+
+BF16_REFUSAL = (
+    "fairseq's --bf16 and --memory-efficient-bf16 imply --tpu (fairseq/options.py) and need "
+    "torch_xla, which is not installed: fairseq's own bf16 runs on TPUs only, for every model. "
+    "For bf16 on a CPU or a GPU use the plugin's --precision bf16 (mixed precision); on a GPU, "
+    "--fp16, --memory-efficient-fp16 and --amp work too"
+)
+
+
+def get_tpu_device():
+    if fairseq_utils.xm is None:
+        sys.exit(f"error: {BF16_REFUSAL}")
+    return _original_get_tpu_device()
+
+
 def _install(owner, name, function):
     if getattr(getattr(owner, name), "__module__", None) != __name__:
         setattr(owner, name, function)
@@ -112,3 +136,4 @@ _install(DiverseBeamSearch, "prune_sentences", diverse_prune_sentences)
 _install(SequenceGenerator, "_generate", generate_with_steps)
 _install(fairseq_utils, "replace_unk", replace_unk)
 _install(FairseqTask, "filter_indices_by_size", filter_indices_by_size)
+_install(fairseq_utils, "get_tpu_device", get_tpu_device)

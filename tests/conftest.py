@@ -83,6 +83,65 @@ def spread_parameters(model, seed: int = 0):
     return model
 
 
+# Every kind of model, for the tests that run each in another precision
+# (test_precision.py, test_half_models.py): each score x window, with and without
+# input feeding, the Base model, RNNsearch and RNNencdec.
+def _variants():
+    from luong_plugin.modules.scores import SCORES
+    from luong_plugin.modules.windows import WINDOWS
+
+    luong = [
+        pytest.param(dict(attention_window=w, attention_score=s, input_feeding=feed),
+                     id=f"luong-{w}-{s}-{'feed' if feed else 'nofeed'}")
+        for w in WINDOWS for s in SCORES for feed in (True, False)
+    ]  # fmt: skip
+    base = pytest.param(
+        dict(attention_window="none", input_feeding=False, decoder_out_embed_dim=24),
+        id="luong-base",
+    )
+    bahdanau = [
+        pytest.param(dict(arch="bahdanau_tiny"), id="rnnsearch"),
+        pytest.param(dict(arch="bahdanau_tiny", attention="none", readout_state="current"), id="rnnencdec"),
+    ]  # fmt: skip
+    return luong + [base] + bahdanau
+
+
+VARIANTS = _variants()
+
+
+def batch(model, device, lengths=(9, 4, 7), target_len=8):
+    """src_tokens, src_lengths and prev_output_tokens of a random batch, on ``device``."""
+    src, src_lengths = random_batch(model.encoder.dictionary, list(lengths))
+    prev = random_prev_output(model.decoder.dictionary, len(lengths), target_len)
+    return src.to(device), src_lengths.to(device), prev.to(device)
+
+
+def close(a, b, tol, scale=1.0):
+    return (a.float() - b.float()).abs().max().item() <= tol * scale
+
+
+def steps_to_compare(logits32, extra32, extra16, lengths, p_t_tol):
+    """The target steps (B x T, bool) where a model run in half precision can be held to
+    its fp32 twin: all of them, but for local-p. Its p_t stays fp32 and within
+    ``p_t_tol`` x S of the twin's; its window sits on floor(p_t), so where rounding
+    carries p_t across an integer the window moves by one, and the steps from there
+    on differ by more than rounding (input feeding carries it on). That may only
+    happen next to an integer, and most steps are still compared."""
+    steps = torch.ones(logits32.shape[:2], dtype=torch.bool, device=logits32.device)  # B x T
+    p_t32 = extra32.get("p_t", [None])[0]
+    if p_t32 is None:
+        return steps
+    p_t16 = extra16["p_t"][0]
+    assert p_t16.dtype == torch.float32  # positions are never half
+    assert close(p_t16, p_t32, p_t_tol, scale=lengths.max().item())
+    moved = torch.floor(p_t16) != torch.floor(p_t32)  # B x T
+    gap = (p_t32 - torch.round(p_t32)).abs()[moved]
+    assert bool((gap <= p_t_tol * lengths.max().item()).all()), gap
+    steps = moved.long().cumsum(dim=1) == 0
+    assert steps.float().mean() > 0.5
+    return steps
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

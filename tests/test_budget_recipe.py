@@ -8,6 +8,7 @@ import re
 import subprocess
 
 import pytest
+import torch
 from conftest import REPO
 
 SPEC = importlib.util.spec_from_file_location(
@@ -207,19 +208,31 @@ def test_demo_sh_trains_what_its_environment_says():
     assert "--forget-gate-bias" not in train  # an option of ours only
 
 
-def test_demo_sh_picks_bf16_only_where_the_hardware_has_it():
-    import torch
-
-    from luong_plugin.modules.precision import cpu_has_native_bf16
+def test_demo_sh_takes_the_measured_default_precision():
+    from luong_plugin.modules.precision import default_precision
 
     env = dict(os.environ)
     env.pop("PRECISION", None)
     run = subprocess.run(["bash", budget.DEMO], env=dict(env, DRY_RUN="1"),
                          capture_output=True, text=True, check=True)  # fmt: skip
     train = run.stdout.splitlines()[0].split()
-    native = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else cpu_has_native_bf16()
-    assert train[train.index("--precision") + 1] == ("bf16" if native else "fp32")
-    assert ("no native bf16" in run.stderr) == (not native)
+    chosen = default_precision()
+    assert train[train.index("--precision") + 1] == chosen
+    assert ("training in fp32 on this machine" in run.stderr) == (chosen == "fp32")
+
+
+@pytest.mark.parametrize(
+    "cuda,native,expected",
+    [(True, True, "fp32"), (True, False, "fp32"), (False, True, "bf16"), (False, False, "fp32")],
+)
+def test_default_precision_by_device(monkeypatch, cuda, native, expected):
+    """bf16 on a CPU with native bf16 only: on a GPU bf16 autocast has run slower than
+    fp32 (docs/SPEED.md)."""
+    from luong_plugin.modules import precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    assert precision.default_precision() == expected
 
 
 def test_the_training_seed_does_not_change_the_data_split(tmp_path):

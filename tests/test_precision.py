@@ -17,13 +17,15 @@ import torch
 import torch.nn.functional as F
 from conftest import (
     USER_DIR,
+    VARIANTS,
+    batch,
     build,
+    close,
     fairseq,
     generate,
     parse,
-    random_batch,
-    random_prev_output,
     spread_parameters,
+    steps_to_compare,
     train,
 )
 from fairseq import checkpoint_utils
@@ -31,22 +33,6 @@ from fairseq import checkpoint_utils
 from luong_plugin.criterions.fused_cross_entropy import fused_output_loss
 from luong_plugin.modules import precision
 from luong_plugin.modules.options import OptionError
-from luong_plugin.modules.scores import SCORES
-from luong_plugin.modules.windows import WINDOWS
-
-LUONG = [
-    pytest.param(dict(attention_window=w, attention_score=s, input_feeding=feed),
-                 id=f"luong-{w}-{s}-{'feed' if feed else 'nofeed'}")
-    for w in WINDOWS for s in SCORES for feed in (True, False)
-]  # fmt: skip
-BASE = pytest.param(
-    dict(attention_window="none", input_feeding=False, decoder_out_embed_dim=24), id="luong-base"
-)
-BAHDANAU = [
-    pytest.param(dict(arch="bahdanau_tiny"), id="rnnsearch"),
-    pytest.param(dict(arch="bahdanau_tiny", attention="none", readout_state="current"), id="rnnencdec"),
-]  # fmt: skip
-VARIANTS = LUONG + [BASE] + BAHDANAU
 
 LOGIT_TOL = 0.02  # x max |logit|
 ATTN_TOL = 0.02
@@ -93,16 +79,6 @@ def pair(options, device, seed=0, spread=True):
     return models
 
 
-def batch(model, device, lengths=(9, 4, 7), target_len=8):
-    src, src_lengths = random_batch(model.encoder.dictionary, list(lengths))
-    prev = random_prev_output(model.decoder.dictionary, len(lengths), target_len)
-    return src.to(device), src_lengths.to(device), prev.to(device)
-
-
-def close(a, b, tol, scale=1.0):
-    return (a.float() - b.float()).abs().max().item() <= tol * scale
-
-
 @pytest.mark.parametrize("options", VARIANTS)
 def test_bf16_forward_close_to_fp32(options, device):
     fp32, bf16 = pair(options, device)
@@ -111,20 +87,7 @@ def test_bf16_forward_close_to_fp32(options, device):
         logits32, extra32 = fp32(src, lengths, prev)
         logits16, extra16 = bf16(src, lengths, prev)
     assert logits32.dtype == torch.float32 and logits16.dtype == torch.bfloat16
-    steps = torch.ones(logits32.shape[:2], dtype=torch.bool, device=logits32.device)  # B x T
-    p_t32 = extra32.get("p_t", [None])[0]
-    if p_t32 is not None:
-        p_t16 = extra16["p_t"][0]
-        assert p_t16.dtype == torch.float32  # positions are never bf16
-        assert close(p_t16, p_t32, P_T_TOL, scale=lengths.max().item())
-        # local-p's window sits on floor(p_t): where rounding carries p_t across an
-        # integer the window moves by one, and the steps from there on differ by more
-        # than rounding (input feeding carries it on); it may only happen next to one
-        moved = torch.floor(p_t16) != torch.floor(p_t32)  # B x T
-        gap = (p_t32 - torch.round(p_t32)).abs()[moved]
-        assert bool((gap <= P_T_TOL * lengths.max().item()).all()), gap
-        steps = moved.long().cumsum(dim=1) == 0
-        assert steps.float().mean() > 0.5  # most steps still compared
+    steps = steps_to_compare(logits32, extra32, extra16, lengths, P_T_TOL)  # B x T
     scale = logits32.abs().max().item()
     diff = (logits16.float() - logits32)[steps]
     assert diff.abs().max().item() <= LOGIT_TOL * scale, diff.abs().max()

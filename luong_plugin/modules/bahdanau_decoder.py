@@ -187,7 +187,7 @@ class BahdanauDecoder(CachedStateDecoder):
     ) -> Tuple[Tensor, Tensor]:
         """s_{i-1} (B x n) -> c_i (B x A), α_i (B x S, true order)."""
         query, values = hidden.unsqueeze(1), encoder_out["encoder_out"]  # B x 1 x n, B x S x A
-        with step_attention_precision(query, values):
+        with step_attention_precision(query, values, self.embed_tokens.weight):
             scores = self.attention(query, proj_keys)  # B x 1 x S: e_ij
             excluded = encoder_out["src_pad_mask"].unsqueeze(1)  # B x 1 x S
             context, prob = attend(scores, excluded, None, values)

@@ -51,7 +51,7 @@ from .attention import LuongAttention
 from .dropout import DropoutLSTM, named_dropout
 from .incremental import CachedStateDecoder
 from .loop_weight import LoopWeight
-from .precision import at_least_fp32, mixed_precision, step_attention_precision
+from .precision import at_least_fp32, mixed_precision, run_dtype, step_attention_precision
 from .source import attention_to_src_layout
 from .windows import PositionWeights
 
@@ -141,7 +141,7 @@ class LuongDecoder(CachedStateDecoder):
         x = self.dropout(self.embed_tokens(prev_output_tokens))  # B x T x C
 
         # bf16 decoding steps take the loop too: nn.LSTM would hand on a bf16 cell state
-        one_step_bf16 = incremental_state is not None and self.compute_dtype is not None
+        one_step_bf16 = incremental_state is not None and run_dtype(self) is not None
         if self.input_feeding or one_step_bf16:
             attn_vec, prob, center, hidden, cell, input_feed = luong_loop.run(
                 self, x, state, encoder_out, steps, incremental_state
@@ -220,7 +220,7 @@ class LuongDecoder(CachedStateDecoder):
         inside the fast per-step loop in training (T = 1, luong_loop.py)."""
         if self.attention is None:
             return query, None, None  # Base: softmax(W_s h_t)
-        with step_attention_precision(query, encoder_out["encoder_out"]):
+        with step_attention_precision(query, encoder_out["encoder_out"], self.W_c.weight):
             context, prob, extras = self.attention(
                 query,
                 proj_keys,

@@ -28,6 +28,10 @@ The recurrent weights of the per-step loop are cast to bf16 once per call, not
 at every step (``loop_weights``): autocast caches the casts of parameters, not
 of the concatenated, transposed weights the loop multiplies.
 
+fairseq's ``--fp16`` and ``--memory-efficient-fp16`` (and ``--bf16`` where
+torch_xla exists) make the model itself half; ``run_dtype`` then runs it the same
+way, under autocast in its weights' dtype, with the states above in fp32.
+
 The switch is a model option, saved in the checkpoint; decoding can override it
 (``--model-overrides "{'precision': 'fp32'}"``). A CPU without native bf16
 instructions (AVX512-BF16 or AMX) is refused: there bf16 products are emulated
@@ -72,6 +76,16 @@ def require_support(dtype: Optional[torch.dtype], device: torch.device) -> None:
         )
 
 
+def default_precision() -> str:
+    """The ``--precision`` the recipes train with on this machine, chosen by measurement
+    (docs/SPEED.md): bf16 on a CPU with native bf16 instructions, where it trains
+    faster than fp32 (``make bench``); fp32 on a GPU, where the products are fast
+    anyway and bf16 autocast has run slower than fp32 so far; fp32 elsewhere."""
+    if torch.cuda.is_available():
+        return "fp32"
+    return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
 @functools.lru_cache(maxsize=None)
 def _checked(dtype: Optional[torch.dtype], device_type: str) -> bool:
     require_support(dtype, torch.device(device_type))
@@ -86,16 +100,45 @@ def autocast(dtype: Optional[torch.dtype], device: torch.device):
     return torch.autocast(device.type, dtype=dtype)
 
 
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+FAIRSEQ_FLAG = {torch.float16: "--fp16", torch.bfloat16: "--bf16"}
+
+
+def run_dtype(module) -> Optional[torch.dtype]:
+    """The dtype the products of ``module`` (an encoder or a decoder) run in, or None
+    for fp32: its ``compute_dtype`` (``--precision``), or, when fairseq made the
+    model half itself (``--fp16``, ``--memory-efficient-fp16``, ``--bf16``: half
+    weights, half inputs), the dtype of its weights. Both run the same way: the
+    products under autocast in the half dtype, the recurrent states, softmaxes and
+    positions in fp32, so no fp32 state ever meets a half weight in a product."""
+    weight_dtype = module.embed_tokens.weight.dtype
+    if weight_dtype not in HALF_DTYPES:
+        return module.compute_dtype
+    if module.compute_dtype not in (None, weight_dtype):
+        raise OptionError(
+            f"{FAIRSEQ_FLAG[weight_dtype]} made the model's weights {weight_dtype} but the "
+            f"model was built with --precision bf16 ({module.compute_dtype}): choose one, "
+            f"--precision fp32 with {FAIRSEQ_FLAG[weight_dtype]}, or --precision bf16 "
+            "without it"
+        )
+    return weight_dtype
+
+
 def mixed_precision(method):
-    """Run a module's method under its ``compute_dtype`` (set by ``set_precision``),
+    """Run a module's method under autocast to its ``run_dtype`` (fp32: no autocast),
     on the device of its parameters."""
 
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
-        dtype = self.compute_dtype
+        dtype = run_dtype(self)
         if dtype is None:
             return method(self, *args, **kwargs)
-        with autocast(dtype, self.embed_tokens.weight.device):
+        device = self.embed_tokens.weight.device
+        if self.embed_tokens.weight.dtype == dtype:  # half weights: no choice to check
+            context = torch.autocast(device.type, dtype=dtype)
+        else:
+            context = autocast(dtype, device)
+        with context:
             return method(self, *args, **kwargs)
 
     return wrapped
@@ -134,13 +177,16 @@ def full_precision(device: torch.device):
     return torch.autocast(device.type, enabled=False)
 
 
-def step_attention_precision(query: Tensor, values: Tensor):
+def step_attention_precision(query: Tensor, values: Tensor, weight: Optional[Tensor] = None):
     """fp32 for the attention of one step (query B x 1 x H) under bf16 autocast,
     when the query and the values are fp32 already: its B x 1 x S products run
-    slower in bf16 than in fp32. Otherwise (whole sequences, or fp32) nothing."""
+    slower in bf16 than in fp32. Otherwise (whole sequences, fp32, or a model whose
+    weights, such as ``weight``, fairseq made half) nothing."""
     device = query.device.type
     if not (autocast_on(device) and query.dim() == 3 and query.size(1) == 1):
         return contextlib.nullcontext()
+    if weight is not None and weight.dtype in HALF_DTYPES:
+        return contextlib.nullcontext()  # half weights: no fp32 product can take them
     if query.dtype != values.dtype or query.dtype == torch.get_autocast_dtype(device):
         return contextlib.nullcontext()
     return full_precision(query.device)

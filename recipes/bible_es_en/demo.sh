@@ -50,14 +50,12 @@ if ! [[ "$SIGMA" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
   echo "SIGMA must be a decimal number >= 0 such as 10 or 7.5 (local-p's Gaussian sigma in pieces; 0: D/2, the paper's), got '$SIGMA'" >&2; exit 2
 fi
 PRECISION=${PRECISION:-}
-if [ -z "$PRECISION" ]; then  # bf16 where the device has it in hardware, else fp32
+if [ -z "$PRECISION" ]; then  # by measurement: bf16 on a CPU with native bf16, else fp32 (docs/SPEED.md)
   PRECISION=$("$PYTHON" -c "
-import torch
-from luong_plugin.modules.precision import cpu_has_native_bf16
-cuda = torch.cuda.is_available()
-print('bf16' if (torch.cuda.is_bf16_supported() if cuda else cpu_has_native_bf16()) else 'fp32')" \
+from luong_plugin.modules.precision import default_precision
+print(default_precision())" \
     2>/dev/null) || { echo "[demo] cannot import luong_plugin with $PYTHON: run make setup" >&2; exit 1; }
-  [ "$PRECISION" = bf16 ] || echo "[demo] no native bf16 on this machine: training in fp32" >&2
+  [ "$PRECISION" = bf16 ] || echo "[demo] training in fp32 on this machine (a GPU, or a CPU without native bf16)" >&2
 fi
 FORGET_GATE_BIAS=${FORGET_GATE_BIAS:-1}  # added to our LSTMs' forget-gate biases at init
 if ! [[ "$FORGET_GATE_BIAS" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
