@@ -30,6 +30,25 @@ def luong_training(model: dict) -> dict:
     }
 
 
+def recommended_training(model: dict) -> dict:
+    """make demo's optimisation (recipes/bible_es_en/demo.sh): Adam with beta2 0.98,
+    lr 0.003, gradient norm 1, batches of 2000 tokens, label smoothing 0.1."""
+    return {
+        "optimization": {"max_epoch": 30, "lr": [0.003], "clip_norm": 1.0},
+        "optimizer": {
+            "_name": "adam",
+            "lr": [0.003],
+            "adam_betas": "(0.9, 0.98)",
+            "adam_eps": 1e-8,
+            "weight_decay": 0.0,
+        },
+        "lr_scheduler": {"_name": "fixed"},
+        "dataset": {"batch_size": None, "max_tokens": 2000},
+        "task": {"source_lang": None, "target_lang": None},
+        "criterion": {"_name": "label_smoothed_cross_entropy", "label_smoothing": 0.1},
+    }
+
+
 def bahdanau_training(model: dict) -> dict:
     return {
         "optimization": {"max_update": 0, "max_epoch": 0, "lr": [1.0], "clip_norm": 1.0},
@@ -62,7 +81,7 @@ def experiment(arch: str, model_name: str, model: dict, training: dict) -> dict:
         "optimization": training["optimization"],
         "task": task,
         "model": {"_name": model_name, **model},
-        "criterion": {"_name": "cross_entropy"},
+        "criterion": training.get("criterion", {"_name": "cross_entropy"}),
         "optimizer": training["optimizer"],
         "lr_scheduler": training["lr_scheduler"],
     }
@@ -75,7 +94,8 @@ def all_configs():
     configs = {}
     for arch in luong.ARCHS:
         model = luong.arch_config(arch)
-        configs[arch] = experiment(arch, "luong", model, luong_training(model))
+        training = recommended_training if arch.startswith("luong_recommended") else luong_training
+        configs[arch] = experiment(arch, "luong", model, training(model))
     try:
         from luong_plugin.models import bahdanau
     except ImportError:

@@ -5,11 +5,15 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
+from dataclasses import fields
 
 import pytest
 import torch
 from conftest import REPO
+
+from luong_plugin.models.luong import LuongConfig
 
 SPEC = importlib.util.spec_from_file_location(
     "budget", os.path.join(REPO, "recipes", "bible_es_en", "budget.py")
@@ -125,10 +129,9 @@ def test_each_local_p_run_trains_the_window_its_name_says(name, window, sigma):
     """The rows measured before the demo's default became D = 14, sigma 5 pin the
     window they were measured with (sigma 0: D/2, the paper's)."""
     _, env = budget.RUNS[name]
-    train, _ = demo_commands(**env)
-    assert train[train.index("--attention-window") + 1] == "local-p"
-    assert train[train.index("--window-size") + 1] == window
-    assert train[train.index("--position-sigma") + 1] == sigma
+    model = demo_model(**env)
+    assert model.attention_window == "local-p"
+    assert (model.window_size, model.position_sigma) == (int(window), float(sigma))
 
 
 def test_demo_sh_refuses_an_unknown_peer():
@@ -163,49 +166,80 @@ def demo_commands(**env):
     run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, DRY_RUN="1", **env),
                          capture_output=True, text=True, check=True)  # fmt: skip
     train, generate = run.stdout.splitlines()
-    return train.split(), generate.split()
+    return shlex.split(train), shlex.split(generate)
+
+
+def parsed(train):
+    """A fairseq-train command line (the tool first) through fairseq's own parser."""
+    from fairseq import options
+
+    return options.parse_args_and_arch(options.get_training_parser(), train[1:])
+
+
+def demo_model(**env):
+    return parsed(demo_commands(**env)[0])
+
+
+# make demo's model before it was one arch, spelled out: the arch must stay this model
+SPELLED_OUT = [
+    "--arch", "luong_wmt_en_de", "--attention-window", "local-p", "--window-size", "14",
+    "--position-logit-bound", "4", "--renormalize-window", "--position-sigma", "5",
+    "--attention-score", "general", "--input-feeding", "--no-reverse-source",
+    "--no-attend-source-eos", "--dropout-placement", "luong", "--forget-gate-bias", "1",
+    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "256",
+    "--encoder-hidden-size", "256", "--decoder-embed-dim", "256",
+    "--decoder-hidden-size", "256", "--decoder-out-embed-dim", "256",
+    "--share-decoder-input-output-embed", "--dropout", "0.2",
+]  # fmt: skip
+MODEL_FIELDS = [f.name for f in fields(LuongConfig) if not f.name.startswith("_")]
+
+
+def test_the_recommended_arch_is_the_demo_model_spelled_out():
+    from conftest import parse_training_args
+
+    demo = demo_model(PRECISION="fp32")
+    spelled = parse_training_args("luong_wmt_en_de", *SPELLED_OUT[2:], "--precision", "fp32")
+    assert demo.arch == "luong_recommended"
+    assert {f: getattr(demo, f) for f in MODEL_FIELDS} == {
+        f: getattr(spelled, f) for f in MODEL_FIELDS
+    }
+    glob = demo_model(PEER="global", PRECISION="fp32")
+    assert glob.arch == "luong_recommended_global" and glob.attention_window == "global"
+    local_p_only = {"attention_window", "window_size", "renormalize_window",
+                    "position_logit_bound", "position_sigma"}  # fmt: skip
+    assert {f: getattr(glob, f) for f in MODEL_FIELDS if f not in local_p_only} == {
+        f: getattr(demo, f) for f in MODEL_FIELDS if f not in local_p_only
+    }
 
 
 def test_demo_sh_trains_what_its_environment_says():
     train, generate = demo_commands(SEED="7", PRECISION="fp32", MINUTES="30", RUN="/tmp/x")
-    at = train.index
-    assert train[at("--attention-window") + 1] == "local-p" and "--renormalize-window" in train
-    assert train[at("--seed") + 1] == "7" and train[at("--precision") + 1] == "fp32"
-    assert train[at("--stop-time-hours") + 1] == "0.5" and train[at("--save-dir") + 1] == "/tmp/x"
-    assert "--no-reverse-source" in train and "--no-attend-source-eos" in train
+    model = parsed(train)
+    assert model.attention_window == "local-p" and model.renormalize_window
+    assert model.seed == 7 and model.precision == "fp32"
+    assert model.stop_time_hours == 0.5 and model.save_dir == "/tmp/x"
+    assert not model.reverse_source and not model.attend_source_eos
     assert generate[generate.index("--path") + 1] == "/tmp/x/checkpoint_best.pt"
     assert generate[generate.index("--print-alignment") + 1] == "soft"  # the heatmaps need it
 
-    train, _ = demo_commands(PEER="global", PRECISION="bf16")
-    assert train[train.index("--attention-window") + 1] == "global"
-    assert "--window-size" not in train and "--renormalize-window" not in train
-    assert train[train.index("--save-dir") + 1] == "runs/demo_global"
-    # everything else is the demo's
-    demo, _ = demo_commands(PRECISION="bf16")
-    sigma = demo.index("--position-sigma")
-    demo = demo[:sigma] + demo[sigma + 2 :]  # local-p's alone, with its value
-    window = {"--window-size", "14", "--position-logit-bound", "4", "--renormalize-window",
-              "local-p", "global", "runs/demo", "runs/demo_global"}  # fmt: skip
-    assert [a for a in train if a not in window] == [a for a in demo if a not in window]
+    model = demo_model(PEER="global", PRECISION="bf16")
+    assert model.attention_window == "global" and model.save_dir == "runs/demo_global"
 
-    train, _ = demo_commands()  # the paper's 10 words, in pieces, with D = 10's Gaussian
-    assert train[train.index("--window-size") + 1] == "14"
-    assert train[train.index("--position-sigma") + 1] == "5"
-    train, _ = demo_commands(WINDOW="10", SIGMA="0")  # the paper's D = 10 and sigma = D/2
-    assert train[train.index("--window-size") + 1] == "10"
-    assert train[train.index("--position-sigma") + 1] == "0"
-    train, _ = demo_commands(SIGMA="7.5")
-    assert train[train.index("--position-sigma") + 1] == "7.5"
+    model = demo_model()  # the paper's 10 words, in pieces, with D = 10's Gaussian
+    assert (model.window_size, model.position_sigma) == (14, 5.0)
+    model = demo_model(WINDOW="10", SIGMA="0")  # the paper's D = 10 and sigma = D/2
+    assert (model.window_size, model.position_sigma) == (10, 0.0)
+    assert demo_model(SIGMA="7.5").position_sigma == 7.5
 
     for peer in ("", "global"):  # ours: the forget-gate bias, 1 unless told
-        train, _ = demo_commands(PEER=peer)
-        assert train[train.index("--forget-gate-bias") + 1] == "1"
-        train, _ = demo_commands(PEER=peer, FORGET_GATE_BIAS="0")
-        assert train[train.index("--forget-gate-bias") + 1] == "0"
+        assert demo_model(PEER=peer).forget_gate_bias == 1.0
+        assert demo_model(PEER=peer, FORGET_GATE_BIAS="0").forget_gate_bias == 0.0
 
     train, _ = demo_commands(PEER="lstm", FORGET_GATE_BIAS="0.5")
     assert train[train.index("--arch") + 1] == "lstm" and "--precision" not in train
     assert "--forget-gate-bias" not in train  # an option of ours only
+    lstm = parsed(train)
+    assert (lstm.encoder_layers, lstm.decoder_hidden_size, lstm.dropout) == (1, 256, 0.2)
 
 
 def test_demo_sh_takes_the_measured_default_precision():
@@ -215,7 +249,7 @@ def test_demo_sh_takes_the_measured_default_precision():
     env.pop("PRECISION", None)
     run = subprocess.run(["bash", budget.DEMO], env=dict(env, DRY_RUN="1"),
                          capture_output=True, text=True, check=True)  # fmt: skip
-    train = run.stdout.splitlines()[0].split()
+    train = shlex.split(run.stdout.splitlines()[0])
     chosen = default_precision()
     assert train[train.index("--precision") + 1] == chosen
     assert ("training in fp32 on this machine" in run.stderr) == (chosen == "fp32")

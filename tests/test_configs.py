@@ -103,7 +103,7 @@ TINY_MODEL = {
         "encoder_embed_dim": 16,
         "encoder_hidden_size": 24,
         "encoder_layers": 2,
-        "decoder_embed_dim": 16,
+        "decoder_embed_dim": 24,  # = out: luong_recommended shares the target embeddings
         "decoder_hidden_size": 24,
         "decoder_layers": 2,
         "decoder_out_embed_dim": 24,

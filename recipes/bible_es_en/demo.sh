@@ -88,26 +88,27 @@ EXPLORE=${EXPLORE:-1}
 #   gates start at sigma(1) = 0.73 instead of 0.5, and the model learns faster per
 #   update (docs/COMPARE.md).
 # Luong's conventions otherwise: </s> not attended, his dropout placement.
-WINDOW_ARGS=(
-  --attention-window local-p --window-size "$WINDOW" --position-logit-bound 4 --renormalize-window
-  --position-sigma "$SIGMA"
-)
-[ "$PEER" = global ] && WINDOW_ARGS=(--attention-window global)
+# All of it is one arch, luong_recommended (luong_recommended_global for PEER=global),
+# the model a user trains on their own text (recipes/own_text).
 MODEL_ARGS=(
-  --arch luong_wmt_en_de "${WINDOW_ARGS[@]}" --attention-score general --input-feeding
-  --no-reverse-source --no-attend-source-eos --dropout-placement luong
+  --arch luong_recommended --window-size "$WINDOW" --position-sigma "$SIGMA"
   --precision "$PRECISION" --forget-gate-bias "$FORGET_GATE_BIAS"
 )
+[ "$PEER" = global ] && MODEL_ARGS=(
+  --arch luong_recommended_global --precision "$PRECISION" --forget-gate-bias "$FORGET_GATE_BIAS"
+)
 if [ "$PEER" = lstm ]; then
-  MODEL_ARGS=(--arch lstm --decoder-attention True)  # dropout 0.2 below: in/out of both LSTMs
+  # fairseq's lstm at the same sizes; dropout 0.2 in and out of both LSTMs
+  MODEL_ARGS=(
+    --arch lstm --decoder-attention True --encoder-layers 1 --decoder-layers 1
+    --encoder-embed-dim 256 --encoder-hidden-size 256
+    --decoder-embed-dim 256 --decoder-hidden-size 256 --decoder-out-embed-dim 256
+    --share-decoder-input-output-embed --dropout 0.2
+  )
 fi
 TRAIN_ARGS=(
   "$DATA/bin" --source-lang es --target-lang en --user-dir "$REPO/luong_plugin"
   "${MODEL_ARGS[@]}"
-  --encoder-layers 1 --decoder-layers 1
-  --encoder-embed-dim 256 --encoder-hidden-size 256
-  --decoder-embed-dim 256 --decoder-hidden-size 256 --decoder-out-embed-dim 256
-  --share-decoder-input-output-embed --dropout 0.2
   --optimizer adam --adam-betas "(0.9, 0.98)" --lr 0.003 --clip-norm 1.0
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1
   --max-tokens 2000 --max-epoch 30 --stop-time-hours "$(awk "BEGIN{print $MINUTES/60}")"
@@ -121,9 +122,9 @@ GEN_ARGS=(
   --print-alignment soft
 )
 
-if [ "${DRY_RUN:-0}" = 1 ]; then  # print the two commands and stop
-  echo "fairseq-train ${TRAIN_ARGS[*]}"
-  echo "fairseq-generate ${GEN_ARGS[*]}"
+if [ "${DRY_RUN:-0}" = 1 ]; then  # print the two commands, shell-quoted, and stop
+  printf '%q ' fairseq-train "${TRAIN_ARGS[@]}"; echo
+  printf '%q ' fairseq-generate "${GEN_ARGS[@]}"; echo
   exit 0
 fi
 
