@@ -38,7 +38,7 @@ sword:
 
 # black and isort as configured in pyproject.toml; flake8 (.flake8) for real errors
 # only: syntax errors, undefined or unused names. `make format` rewrites the tree.
-LINTED := luong_plugin tests bench recipes
+LINTED := luong_plugin tests bench recipes experiments configs
 lint: setup
 	$(PY) -m black --check --quiet $(LINTED)
 	$(PY) -m isort --check-only --quiet $(LINTED)
@@ -60,7 +60,7 @@ demo: setup sword
 # writes docs/experiments/ladder/*.json, docs/RESULTS.md and docs/img/ladder.png.
 ladder: setup sword
 	bash recipes/bible_es_en/prepare.sh
-	recipes/with_tcmalloc $(PY) recipes/bible_es_en/ladder.py
+	recipes/with_tcmalloc $(PY) -m experiments.ladder
 
 # Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
 bench: setup sword

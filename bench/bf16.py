@@ -11,12 +11,11 @@ fp32 peak.
 """
 
 import argparse
-from typing import Callable, List, Tuple
+from typing import Callable
 
 import measure
-from systems import FUSED, PAPER_SIZES, REFERENCE
+from systems import BF16, FUSED, PAPER_SIZES, REFERENCE, split
 
-BF16 = " [bf16]"  # the suffix of a system run with --precision bf16
 OURS = "global-general feed"  # fairseq lstm's model
 DEMO = "local-p general feed"  # the demo's model, at D = 10 (systems.py)
 DEMO_MAX_TOKENS = 2000
@@ -27,13 +26,6 @@ PAPER = [OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16]
 GENERATE = [OURS, OURS + BF16, DEMO, DEMO + BF16]
 MEMORY = [OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16]
 PROFILE = [OURS + BF16, OURS + FUSED + BF16]
-
-
-def split(name: str) -> Tuple[str, List[str]]:
-    """(systems.py's name, the extra model options) of a system named here."""
-    if name.endswith(BF16):
-        return name[: -len(BF16)], ["--precision", "bf16"]
-    return name, []
 
 
 def run_section(args, bin_dir: str, training: Callable, generation: Callable,
@@ -225,55 +217,3 @@ def _rows(train: dict, flops: dict) -> list:
         lines.append(f"| {name} | {v['tok_s']:,.0f} | {f'{own:.2f}x' if own else ''} | "
                      f"{f'{ref:.2f}x' if ref else ''} | {f'{util:.0%}' if util else ''} |")  # fmt: skip
     return lines
-
-
-def main(argv=None):
-    """This section alone: ``python bench/bf16.py`` with run.py's options; the
-    report goes to ``--out`` when given, else to stdout."""
-    import json
-    import os
-    import sys
-
-    import run
-    import throughput
-    import torch
-    import verdicts
-
-    argv = sys.argv[1:] if argv is None else argv
-    args = run.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    bin_dir = run.ensure_data(args.data)
-    child = ["--data", args.data, "--threads", str(args.threads)]
-
-    def memory(name, max_tokens):
-        argv = child + ["--max-tokens", str(max_tokens)]
-        return measure.memory_in_child(os.path.abspath(run.__file__), name, argv)
-
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    results = {
-        "bf16": run_section(
-            args, bin_dir, throughput.training, throughput.generation, memory, run.log
-        )
-    }
-    results["bf16"][
-        "load"
-    ] = f"{load} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end"
-    lines = [f"machine: {run.machine(args.threads)}, load average {results['bf16']['load']}"]
-    lines += (
-        markdown(results)
-        + [""]
-        + [f"- {t}: {m} ({v})" for t, m, v in targets(results, verdicts.verdict)]
-    )
-    text = "\n".join(lines) + "\n"
-    if "--out" in argv:
-        with open(args.out, "w") as f:
-            f.write(text)
-    else:
-        print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1, default=str)
-
-
-if __name__ == "__main__":
-    main()

@@ -57,7 +57,8 @@ def markdown(r: dict) -> str:
         "",
         f"- command: `{r['command']}`"
         + (" (**--quick: a smoke test, not a measurement**)" if r["quick"] else ""),
-        f"- machine: {m['cpu']}, {m['cpus']} CPUs, torch threads {m['threads']}; load average "
+        f"- machine: {m['cpu']}, {m['cpus']} CPUs (bf16 instructions: {m.get('cpu_bf16', '?')}), "
+        f"torch threads {m['threads']}; load average "
         f"(1, 5, 15 min) at start {m['load']}, at the end {r.get('load_end', '?')}: on a busy machine",
         "  the ratios stay meaningful (interleaved rounds), absolute figures and utilisation do not",
         f"- software: torch {m['torch']}, fairseq {m['fairseq']}, Python {m['python']}",

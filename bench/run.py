@@ -8,12 +8,13 @@ training target tokens/s (and the ratio to fairseq ``lstm``), beam-5 generation
 sentences/s, peak memory (a fresh process per system), attention step time
 against the source length, model FLOPs against the measured fp32 GEMM peak, an
 operator profile of one update, and bf16 mixed precision against fp32 (bf16.py,
-which also runs alone: ``python bench/bf16.py``). Prepares the Bible corpus when ``--data``
+which also runs alone: ``python bench/bf16_alone.py``). Prepares the Bible corpus when ``--data``
 has none (recipes/bible_es_en/prepare.sh, 8K joint SentencePiece vocabulary).
 
-The sections: throughput.py (training and generation), attention.py, bf16.py; the
+The sections: throughput.py (training and generation through fairseq),
+micro_attention.py (an op-level micro-benchmark), bf16.py; the
 measurements: measure.py; the report: report.py, its targets checked in verdicts.py.
-Alone, not part of this run: position_step.py, local-p's extra cost per training step
+Alone, not part of this run: micro_position_step.py, local-p's extra cost per training step
 against global attention's, piece by piece (docs/LOCAL_P.md).
 """
 
@@ -30,9 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-import attention  # noqa: E402
 import bf16  # noqa: E402
 import measure  # noqa: E402
+import micro_attention  # noqa: E402
 import report  # noqa: E402
 from systems import (  # noqa: E402
     FAIRSEQ_LSTM,
@@ -134,6 +135,9 @@ def memory_child(args):
     print(json.dumps({"rss_before": before, "peak": measure.peak_rss_bytes()}))
 
 
+BF16_FLAGS = {"avx512_bf16", "amx_bf16", "amx_tile"}
+
+
 def machine(threads: int) -> dict:
     import fairseq
     import torch
@@ -148,10 +152,12 @@ def machine(threads: int) -> dict:
         model = info.get("Model name", model)
         cores = info.get("CPU(s)", "?")
     except OSError:
-        cores = str(os.cpu_count())
+        cores, info = str(os.cpu_count()), {}
     return {
         "cpu": model,
         "cpus": cores,
+        # bf16 in hardware: avx512_bf16 (AMD Zen 4/5, Intel), amx_bf16 (Intel AMX)
+        "cpu_bf16": " ".join(sorted(set(info.get("Flags", "").split()) & BF16_FLAGS)) or "none",
         "threads": threads,
         "torch": torch.__version__,
         "fairseq": fairseq.__version__,
@@ -289,11 +295,11 @@ def main(argv=None):
     results["bf16"] = bf16.run_section(args, bin_dir, training, generation, memory, log)
 
     log("attention step time against the source length")
-    lengths = [25, 100] if quick else attention.LENGTHS
-    results["attention"] = attention.decoding_cost(args, lengths, batch=64, hidden=dims["H"])
+    lengths = [25, 100] if quick else micro_attention.LENGTHS
+    results["attention"] = micro_attention.decoding_cost(args, lengths, batch=64, hidden=dims["H"])
     log("attention training step (forward + backward) against the source length")
-    train_lengths = [25, 100] if quick else attention.TRAIN_LENGTHS
-    results["attention_train"] = attention.training_cost(args, train_lengths, batch=48,
+    train_lengths = [25, 100] if quick else micro_attention.TRAIN_LENGTHS
+    results["attention_train"] = micro_attention.training_cost(args, train_lengths, batch=48,
                                                      hidden=dims["H"])  # fmt: skip
 
     log("GEMM peak again (the best of both measurements is the peak)")

@@ -8,7 +8,7 @@ are the same for every system.
 """
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 
 def sizes(layers: int, dim: int) -> List[str]:
@@ -23,6 +23,16 @@ def sizes(layers: int, dim: int) -> List[str]:
 
 
 SIZES = sizes(1, 256)
+
+BF16 = " [bf16]"  # the suffix of a system run with --precision bf16
+
+
+def split(name: str) -> Tuple[str, List[str]]:
+    """(the system's name, the extra model options) of a name that may end in BF16."""
+    if name.endswith(BF16):
+        return name[: -len(BF16)], ["--precision", "bf16"]
+    return name, []
+
 
 # fairseq's own Luong-style model: global "general" attention
 # (h_t W h̄_s, its AttentionLayer.input_proj), input feeding, unidirectional encoder.

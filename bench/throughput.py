@@ -1,11 +1,10 @@
 """Training and generation throughput of systems built by name, every system
 interleaved round by round on the same batches: sections of run.py (and of bf16.py,
-which builds its systems through these)."""
+whose systems are built through these)."""
 
 import functools
 import os
 
-import bf16
 import measure
 from systems import (
     FUSED,
@@ -14,6 +13,7 @@ from systems import (
     SIZES,
     build,
     common_args,
+    split,
     system,
     with_criterion,
 )
@@ -26,7 +26,7 @@ def build_system(name: str, common, sizes=SIZES):
     import torch
 
     torch.manual_seed(1)
-    name, precision = bf16.split(name)  # "... [bf16]": --precision bf16
+    name, precision = split(name)  # "... [bf16]": --precision bf16
     spec = system(name)
     if spec.fused_loss:
         common = with_criterion(common, FUSED_CRITERION)

@@ -65,9 +65,9 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
 
 
 def test_position_step_prints_every_piece_against_global():
-    """bench/position_step.py --quick: one row per piece, each with its ratio to global."""
+    """bench/micro_position_step.py --quick: one row per piece, each with its ratio to global."""
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "bench", "position_step.py"), "--quick", "--threads", "1"],
+        [sys.executable, os.path.join(REPO, "bench", "micro_position_step.py"), "--quick", "--threads", "1"],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -88,7 +88,7 @@ def test_position_step_prints_every_piece_against_global():
 
 def test_position_step_refuses_a_size_below_one():
     proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "bench", "position_step.py"), "--batch", "0"],
+        [sys.executable, os.path.join(REPO, "bench", "micro_position_step.py"), "--batch", "0"],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 2 and "--batch must be a positive integer" in proc.stderr

@@ -1,4 +1,4 @@
-"""recipes/bible_es_en/bf16_parts.py: each variant keeps the products it names, and only
+"""experiments/bf16_parts.py: each variant keeps the products it names, and only
 those, in fp32 under ``--precision bf16``, and its section of docs/COMPARE.md.
 
 Every matrix product of a forward pass is logged below autocast (a dispatch mode sees
@@ -6,18 +6,14 @@ the products as they run, after autocast's casts) and told apart by its shapes, 
 ``luong_tiny`` with a 12-wide decoder embedding makes distinct (H = E = 24, O = 20)."""
 
 import json
-import os
-import sys
 
 import pytest
 import torch
-from conftest import REPO, build, random_batch, random_prev_output
+from conftest import build, random_batch, random_prev_output
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from experiments import bf16_parts
 from luong_plugin.modules import precision
-
-sys.path.insert(0, os.path.join(REPO, "recipes", "bible_es_en"))
-import bf16_parts  # noqa: E402  (recipes/bible_es_en: it imports compare by name)
 
 aten = torch.ops.aten
 H, O, C = 24, 20, 12  # decoder hidden, h̃, decoder embedding

@@ -1,7 +1,6 @@
-"""recipes/bible_es_en/budget.py: one result per run and seed from demo.sh's
+"""experiments/budget.py: one result per run and seed from demo.sh's
 outputs, the rendered table, and runs that demo.sh knows."""
 
-import importlib.util
 import json
 import os
 import re
@@ -11,15 +10,9 @@ from dataclasses import fields
 
 import pytest
 import torch
-from conftest import REPO
 
+from experiments import budget
 from luong_plugin.models.luong import LuongConfig
-
-SPEC = importlib.util.spec_from_file_location(
-    "budget", os.path.join(REPO, "recipes", "bible_es_en", "budget.py")
-)
-budget = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(budget)
 
 LOG = """\
 2026-11-24 16:25:56 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.759 | nll_loss 9.021 | ppl 51.4 | wps 7940.5 | wpb 1305.2 | bsz 41.7 | num_updates 560

@@ -1,20 +1,11 @@
-"""recipes/bible_es_en/compare.py: reading fairseq-train logs, adopting a finished
+"""experiments/compare.py: reading fairseq-train logs, adopting a finished
 run, and the options every run names (a changed default must not change a run)."""
 
-import importlib.util
 import json
-import os
-import sys
 
 import pytest
-from conftest import REPO
 
-RECIPE_DIR = os.path.join(REPO, "recipes", "bible_es_en")
-SPEC = importlib.util.spec_from_file_location("compare", os.path.join(RECIPE_DIR, "compare.py"))
-compare = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(compare)
-sys.path.insert(0, RECIPE_DIR)
-import trajectory  # noqa: E402  (recipes/bible_es_en: it imports compare by name)
+from experiments import compare, compare_page, harness, trajectory
 
 LOG = """\
 2026-11-24 16:23:49 | INFO | train_inner | epoch 001:    100 / 560 loss=9.436, ppl=439.2, num_updates=100, lr=0.003, gnorm=0.638, clip=5, train_wall=90, wall=91
@@ -25,7 +16,7 @@ LOG = """\
 
 
 def test_parse_log_reads_every_validation_and_the_wall():
-    ppl, wall = compare.parse_log(LOG)
+    ppl, wall = harness.parse_log(LOG)
     assert ppl == {500: 519.4, 1000: 37.99}
     assert wall == 612
 
@@ -52,7 +43,7 @@ def test_every_run_of_ours_names_the_options_it_compares(name):
 def test_render_marks_missing_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "RESULTS", str(tmp_path / "results"))
     out = tmp_path / "COMPARE.md"
-    compare.render(str(out))
+    compare_page.render(str(out))
     text = out.read_text()
     assert text.count("not run") == 3 * len(compare.RUNS)
 

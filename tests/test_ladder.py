@@ -1,20 +1,14 @@
-"""recipes/bible_es_en/ladder*.py without training: the spread rule against hand-computed
+"""experiments/ladder*.py without training: the spread rule against hand-computed
 cases, which rows x seeds are skipped or redone, resuming a training from its last
 checkpoint, the page of a partly finished ladder, and bad options."""
 
 import json
 import os
-import sys
 
 import pytest
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "recipes", "bible_es_en"))
-import ladder  # noqa: E402
-import ladder_render  # noqa: E402
-import ladder_text  # noqa: E402
-import ladder_train  # noqa: E402
-from ladder_rows import ENSEMBLE, MEMBERS, NAMES, ROWS, TABLE1  # noqa: E402
+from experiments import harness, ladder, ladder_render, ladder_text, ladder_train
+from experiments.ladder_rows import ENSEMBLE, MEMBERS, NAMES, ROWS, TABLE1
 
 # ------------------------------------------------------------------ the spread rule
 
@@ -78,7 +72,7 @@ def fake_result(name, seed, args, bleu, opts=None):
 
 
 def save(args, result):
-    ladder_train.write_json(
+    harness.write_json(
         ladder_train.result_path(args.results, result["row"], result["seed"]), result
     )
 
@@ -162,7 +156,7 @@ def test_training_resumes_with_the_same_options_and_restarts_with_others(
     # interrupted: state written, not trained, checkpoint_last.pt there -> resumed in place
     with open(os.path.join(run_dir, "state.json")) as f:
         state = json.load(f)
-    ladder_train.write_json(os.path.join(run_dir, "state.json"), dict(state, trained=False))
+    harness.write_json(os.path.join(run_dir, "state.json"), dict(state, trained=False))
     for f in ("checkpoint_last.pt", "kept.txt"):
         open(os.path.join(run_dir, f), "w").close()
     runner.train("base", 1, opts)
@@ -173,7 +167,7 @@ def test_training_resumes_with_the_same_options_and_restarts_with_others(
 
     # other options: the run directory starts afresh
     other = dict(opts, validate_every=opts["validate_every"] + 1)
-    ladder_train.write_json(os.path.join(run_dir, "state.json"), dict(state, trained=False))
+    harness.write_json(os.path.join(run_dir, "state.json"), dict(state, trained=False))
     runner.train("base", 1, other)
     assert not os.path.exists(os.path.join(run_dir, "kept.txt"))
     with open(os.path.join(run_dir, "train.log")) as f:

@@ -1,4 +1,4 @@
-"""`recipes/bible_es_en/ladder.py` end to end with a tiny budget on a tiny synthetic
+"""`python -m experiments.ladder` end to end with a tiny budget on a tiny synthetic
 corpus, into a temporary directory: word-level preparation, fairseq-train, the unk
 dictionary, fairseq-generate plain and with both unk replacements, the JSON, the page,
 and a second run that finds everything done."""
@@ -11,8 +11,6 @@ import sys
 
 import pytest
 from conftest import REPO
-
-LADDER = os.path.join(REPO, "recipes", "bible_es_en", "ladder.py")
 
 
 def synthetic_corpus(raw, seed=0):
@@ -38,13 +36,15 @@ def test_the_ladder_command_with_a_tiny_budget(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     synthetic_corpus(str(raw))
-    argv = [sys.executable, LADDER, "--rows", "local_p_general", "--seeds", "1",
+    argv = [sys.executable, "-m", "experiments.ladder", "--rows", "local_p_general", "--seeds", "1",
             "--updates", "30", "--validate-every", "30", "--lr", "0.03", "--dim", "16", "--max-tokens", "300",
             "--vocab", "10", "--jobs", "1", "--raw-dir", raw, "--data", tmp_path / "words",
             "--runs", tmp_path / "runs", "--results", tmp_path / "results",
             "--out", tmp_path / "RESULTS.md", "--plot", tmp_path / "ladder.png"]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=REPO)
-    first = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env)
+    first = subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, env=env, cwd=REPO
+    )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "row 1 of 1: local_p_general seed 1" in first.stdout
 
@@ -79,6 +79,8 @@ def test_the_ladder_command_with_a_tiny_budget(tmp_path):
     data = json.loads((tmp_path / "results" / "data.json").read_text())
     assert data["prepare"]["vocab"] == 10 and data["batches_per_epoch"]["300"] > 0
 
-    second = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env)
+    second = subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, env=env, cwd=REPO
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "0 row x seed runs to train" in second.stdout and "row 1 of" not in second.stdout

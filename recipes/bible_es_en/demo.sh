@@ -15,7 +15,7 @@
 #        attention, input feeding, same sizes), trained and decoded the same way, in
 #        fp32 (fairseq cannot train in bf16 on a CPU), into runs/demo_lstm: the peer
 #        the demo is measured against
-#        recipes/bible_es_en/budget.py runs these one after the other, two seeds each
+#        experiments/budget.py runs these one after the other, two seeds each
 # Every step is skipped when its outputs are newer than its inputs, so a second run
 # only prints the report again. Each step is also a command you can run alone:
 #   1. recipes/bible_es_en/prepare.sh --out data/bible_es_en

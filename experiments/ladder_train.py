@@ -9,7 +9,6 @@ wall and CPU seconds so far): an interrupted training resumes from
 with other options starts afresh. Only ``checkpoint_best.pt`` stays once trained.
 """
 
-import json
 import os
 import re
 import shlex
@@ -18,19 +17,13 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
-from budget import describe_commit  # noqa: E402  (the commit a run trains, +dirty)
-from ladder_rows import DICTIONARY_OF, ENSEMBLE, MEMBERS, ROWS, UNK_ROWS  # noqa: E402
-
-from luong_plugin.corpora import bible_words, wmt_run  # noqa: E402
+from experiments.harness import REPO, VALID, describe_commit, read_json, write_json
+from experiments.ladder_rows import DICTIONARY_OF, ENSEMBLE, MEMBERS, ROWS, UNK_ROWS
+from luong_plugin.corpora import bible_words, wmt_run
 
 RECIPE = bible_words.RECIPE
 DECODE = {"beam": 5, "batch_size": 64, "extra": "--max-len-a 1.2 --max-len-b 10"}
 VARIANTS = ("plain", "unk_copy", "unk_dict")  # decodings of a row: as is, <unk> replaced
-VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
 EPOCH = re.compile(r"epoch \d+:\s+\d+ / (\d+) ")
 
 
@@ -109,21 +102,6 @@ def same_but_precision(a: dict, b: dict) -> bool:
 
 def result_path(results_dir: str, name: str, seed: int) -> str:
     return os.path.join(results_dir, f"{name}.seed{seed}.json")
-
-
-def read_json(path: str):
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def write_json(path: str, value) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1, ensure_ascii=False)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
 
 
 def is_done(results_dir: str, name: str, seed: int, wanted: dict) -> bool:

@@ -4,7 +4,7 @@ the data, every run and what is still to run; all of it from the JSON files."""
 import os
 import textwrap
 
-from ladder_rows import ENSEMBLE, NAMES, ROWS
+from experiments.ladder_rows import ENSEMBLE, NAMES, ROWS
 
 
 def _any(results, key):
@@ -51,9 +51,9 @@ def intro_lines(budget, results, data):
         "# Results: the papers' ladders at CPU scale, word level",
         "",
         *wrap(
-            "Rendered by `make ladder` (`python recipes/bible_es_en/ladder.py`) from the JSON "
+            "Rendered by `make ladder` (`python -m experiments.ladder`) from the JSON "
             "files in `docs/experiments/ladder/`, one per row and seed, each written the moment "
-            "that row and seed finished; `python recipes/bible_es_en/ladder.py --render-only` "
+            "that row and seed finished; `python -m experiments.ladder --render-only` "
             "rewrites this page and the plot from those files alone. Rows not yet run are "
             "listed under [Runs](#runs).",
             f"**Budget, the same for every model:** {b.updates:,} updates of at most "

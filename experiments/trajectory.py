@@ -1,6 +1,6 @@
 """Do the fast paths change what a model learns? The same seed, trained fast and plain.
 
-    python recipes/bible_es_en/trajectory.py [--updates 300] [--models global local-p]
+    python -m experiments.trajectory [--updates 300] [--models global local-p]
 
 Trains the demo's model (compare.py's ``global-forward-luong`` and
 ``local-p-forward-renorm``, in fp32) for ``--updates`` updates from one seed in
@@ -31,12 +31,13 @@ import os
 import re
 import sys
 
-import compare  # this directory: the recipe and the runs
+from experiments import compare, harness
+from experiments.compare_runs import RUNS
 
 ULPS = ("ulp1", "ulp2", "ulp3")
 VARIANTS = ("fast", "plain", "fused", *ULPS)
 MODELS = {"global": "global-forward-luong", "local-p": "local-p-forward-renorm"}
-OUT = os.path.join(compare.REPO, "docs", "experiments", "trajectory", "fast_and_plain.json")
+OUT = os.path.join(harness.REPO, "docs", "experiments", "trajectory", "fast_and_plain.json")
 MARK = {"plain": "[trajectory] the paper's loop", **{u: f"[trajectory] {u}: moved" for u in ULPS}}
 TRAIN_LOSS = re.compile(r"train_inner.*? loss=([\d.]+),.*? num_updates=(\d+)")
 
@@ -80,19 +81,20 @@ def worker(variant: str, argv) -> None:
 
 
 def train(model: str, variant: str, args) -> dict:
-    options = list(compare.RUNS[MODELS[model]][1])
+    options = list(RUNS[MODELS[model]][1])
     options[options.index("--precision") + 1] = "fp32"  # the plain loop's dtype
     if variant == "fused":
         options += ["--criterion", "fused_label_smoothed_cross_entropy"]
     try:
-        log = compare.train_in_worker(__file__, variant, options, args.seed, args, args.log_every)
+        argv = compare.worker_argv(options, args.seed, args, args.log_every)
+        log = harness.run_worker("trajectory", variant, argv, args.python)
     except RuntimeError as error:
         raise RuntimeError(f"{model} {error}") from None
     if variant in MARK and MARK[variant] not in log:
         raise RuntimeError(f"{model} {variant}: the patch did not take effect")
     # the later criterion's loss line wins if fairseq logs one twice
     loss = {int(m.group(2)): float(m.group(1)) for m in TRAIN_LOSS.finditer(log)}
-    ppl, wall = compare.parse_log(log)
+    ppl, wall = harness.parse_log(log)
     return {"train_loss": {str(k): v for k, v in sorted(loss.items())},
             "valid_ppl": {str(k): v for k, v in ppl.items()}, "wall_s": wall}  # fmt: skip
 
@@ -114,7 +116,7 @@ def table_lines() -> list:
     lines = [
         "## Do the fast paths change what the model learns?",
         "",
-        f"Rendered from `{os.path.relpath(OUT, compare.REPO)}` (`recipes/bible_es_en/trajectory.py`,"
+        f"Rendered from `{os.path.relpath(OUT, harness.REPO)}` (`python -m experiments.trajectory`,"
         f" commit {result['commit']}): the same seed ({result['seed']}) trained {result['updates']}"
         f" updates in fp32, one thread, in {len(VARIANTS)} ways. Training loss logged every"
         f" {result['log_every']} updates; its distance from the `fast` run's, the mean and the",
@@ -157,13 +159,13 @@ def main(argv=None):
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--validate-every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--data", default=os.path.join(compare.REPO, "data", "bible_es_en"))
-    parser.add_argument("--python", default=os.path.join(compare.REPO, ".venv", "bin", "python"))
+    parser.add_argument("--data", default=harness.DATA)
+    parser.add_argument("--python", default=harness.PYTHON)
     args = parser.parse_args(argv)
     if args.updates < args.log_every or args.log_every < 1:
         parser.error("--log-every must be >= 1 and --updates >= --log-every")
     result = {"updates": args.updates, "log_every": args.log_every, "seed": args.seed,
-              "commit": compare.describe_commit(), "models": {}}  # fmt: skip
+              "commit": harness.describe_commit(), "models": {}}  # fmt: skip
     if os.path.exists(OUT):  # resume: keep the models a run with these settings finished
         with open(OUT) as f:
             before = json.load(f)
@@ -185,7 +187,7 @@ def main(argv=None):
         with open(OUT + ".tmp", "w") as f:  # each model as it finishes
             json.dump(result, f, indent=1)
         os.replace(OUT + ".tmp", OUT)
-        compare.render(os.path.join(compare.REPO, "docs", "COMPARE.md"))
+        harness.render_compare_page(args.python)
     print(f"wrote {OUT}")
 
 

@@ -1,6 +1,7 @@
-"""What a local-p training step costs over a global one, piece by piece.
+"""An op-level micro-benchmark: what a local-p training step costs over a global one,
+piece by piece.
 
-    python bench/position_step.py [--threads 2] [--rounds 40] [--batch 27] [--quick]
+    python bench/micro_position_step.py [--threads 2] [--rounds 40] [--batch 27] [--quick]
 
 Times, per target step of a training recurrence (forward and backward, autograd
 on, as the input-feeding loop records a step), interleaved round by round and

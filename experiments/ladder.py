@@ -1,6 +1,6 @@
 """The papers' ladders at CPU scale on the Spanish->English Bible at word level.
 
-    python recipes/bible_es_en/ladder.py [--rows NAME ...] [--seeds 1 2] [--render-only]
+    python -m experiments.ladder [--rows NAME ...] [--seeds 1 2] [--render-only]
 
 Trains every row of Luong et al. (2015) Table 1 and Table 4, Bahdanau et al. (2015)
 RNNencdec and RNNsearch, and fairseq's own ``lstm`` with one budget (``--updates``
@@ -25,13 +25,10 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [HERE, REPO]
-
-from ladder_render import render  # noqa: E402
-from ladder_rows import ENSEMBLE, MEMBERS, NAMES  # noqa: E402
-from ladder_train import (  # noqa: E402
+from experiments.harness import REPO
+from experiments.ladder_render import render
+from experiments.ladder_rows import ENSEMBLE, MEMBERS, NAMES
+from experiments.ladder_train import (
     Runner,
     ensemble_options,
     is_done,
@@ -40,8 +37,7 @@ from ladder_train import (  # noqa: E402
     resolve_precision,
     write_json,
 )
-
-from luong_plugin.corpora import bible_words  # noqa: E402
+from luong_plugin.corpora import bible_words
 
 UNK_RATE_KS = (4000, 5000, 6000, 8000, 10000, 20000)
 DEFAULT_SEEDS = (1, 2)

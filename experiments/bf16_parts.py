@@ -1,6 +1,6 @@
 """Where does bf16 cost per update? The demo's global model with parts of it kept in fp32.
 
-    python recipes/bible_es_en/bf16_parts.py [--variants NAME ...] [--seeds 1 2] [--updates 500]
+    python -m experiments.bf16_parts [--variants NAME ...] [--seeds 1 2] [--updates 500]
 
 Trains compare.py's ``global-forward-luong`` (the demo's settings, global attention,
 ``--precision bf16``) from a seed with some of its products kept in fp32, each run in a
@@ -34,10 +34,11 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-import compare  # this directory: the recipe and the runs
+from experiments import compare, harness
+from experiments.compare_runs import RUNS
 
 RUN = "global-forward-luong"
-OUT_DIR = os.path.join(compare.REPO, "docs", "experiments", "bf16_parts")
+OUT_DIR = os.path.join(harness.REPO, "docs", "experiments", "bf16_parts")
 PARTS = ("gates_x", "gates", "combine", "output", "decoder")
 LOOP = ("gates_x", "gates", "combine")  # the input-feeding loop's bf16 products
 # name: parts kept in fp32
@@ -164,20 +165,22 @@ def read(variant: str, seed: int):
 
 
 def train(variant: str, seed: int, args) -> dict:
-    options = list(compare.RUNS[RUN][1])
+    options = list(RUNS[RUN][1])
     if variant == "fp32":
         options[options.index("--precision") + 1] = "fp32"
-    log = compare.train_in_worker(__file__, variant, options, seed, args)
+    log = harness.run_worker(
+        "bf16_parts", variant, compare.worker_argv(options, seed, args), args.python
+    )
     missing = [p for p in VARIANTS[variant] if marker(p) not in log]
     if missing:
         raise RuntimeError(f"{variant} seed {seed}: the patch of {missing} did not take effect")
-    ppl, wall = compare.parse_log(log)
+    ppl, wall = harness.parse_log(log)
     if args.updates not in ppl:
         raise RuntimeError(f"{variant} seed {seed}: no valid ppl at {args.updates} updates")
     result = {
         "variant": variant, "fp32_parts": list(VARIANTS[variant]), "seed": seed,
         "updates": args.updates, "valid_ppl": {str(k): v for k, v in sorted(ppl.items())},
-        "wall_s": wall, "options": options, "commit": compare.describe_commit(),
+        "wall_s": wall, "options": options, "commit": harness.describe_commit(),
     }  # fmt: skip
     os.makedirs(OUT_DIR, exist_ok=True)
     with open(result_path(variant, seed) + ".tmp", "w") as f:
@@ -201,8 +204,8 @@ def table_lines() -> list:
     lines = [
         "## Where bf16 costs per update",
         "",
-        f"Rendered from `{os.path.relpath(OUT_DIR, compare.REPO)}/` "
-        f"(`recipes/bible_es_en/bf16_parts.py`, commit {', '.join(commits)}): `{RUN}` in bf16 "
+        f"Rendered from `{os.path.relpath(OUT_DIR, harness.REPO)}/` "
+        f"(`python -m experiments.bf16_parts`, commit {', '.join(commits)}): `{RUN}` in bf16 "
         "with the parts a row names kept in fp32 (outside autocast, on fp32 inputs and "
         "weights), one thread per run; valid perplexity, `mean (seed 1 / seed 2 / …)`.",
         "",
@@ -236,9 +239,9 @@ def main(argv=None):
     parser.add_argument("--updates", type=int, default=500)
     parser.add_argument("--validate-every", type=int, default=250)
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each")
-    parser.add_argument("--data", default=os.path.join(compare.REPO, "data", "bible_es_en"))
-    parser.add_argument("--python", default=os.path.join(compare.REPO, ".venv", "bin", "python"))
-    parser.add_argument("--out", default=os.path.join(compare.REPO, "docs", "COMPARE.md"))
+    parser.add_argument("--data", default=harness.DATA)
+    parser.add_argument("--python", default=harness.PYTHON)
+    parser.add_argument("--out", default=harness.COMPARE_PAGE)
     args = parser.parse_args(argv)
     if min(args.updates, args.validate_every, args.jobs, *args.seeds) < 1:
         parser.error("--updates, --validate-every, --jobs and --seeds must be >= 1")
@@ -249,12 +252,12 @@ def main(argv=None):
     def one(item):
         r = train(*item, args)
         print(f"{item[0]} seed {item[1]}: valid ppl {r['valid_ppl']}", flush=True)
-        compare.render(args.out)
+        harness.render_compare_page(args.python, args.out)
 
     with ThreadPoolExecutor(args.jobs) as pool:
         for _ in pool.map(one, todo):
             pass
-    compare.render(args.out)
+    harness.render_compare_page(args.python, args.out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Does a translation model read its source? Three measurements on a checkpoint.
 
-    python recipes/bible_es_en/source_dependence.py --path ckpt.pt \
+    python -m experiments.source_dependence --path ckpt.pt \
         --data data/bible_es_en/bin [--sentences 200] [--bleu-sentences 200]
 
 1. Source swap (teacher forcing, valid set): log p(reference | its own source)
@@ -14,7 +14,6 @@
 
 import argparse
 import os
-import sys
 
 import sacrebleu
 import torch
@@ -22,9 +21,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-import luong_plugin  # noqa: E402,F401  (registers the models)
+import luong_plugin  # noqa: F401  (registers the models)
 
 
 def load(path, data):

@@ -1,4 +1,5 @@
-"""The attention module alone against the source length: a section of run.py.
+"""An op-level micro-benchmark: the attention module alone against the source length
+(a section of run.py).
 
 ``decoding_cost``: one decoding step (T = 1, forward, no grad) of global, local-m
 and local-p attention, each local window also forced through each path;

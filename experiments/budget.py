@@ -1,6 +1,6 @@
 """The demo against its comparisons at one wall-time budget, one run after the other.
 
-    python recipes/bible_es_en/budget.py [--runs demo global lstm demo-fp32]
+    python -m experiments.budget [--runs demo global lstm demo-fp32]
         [--seeds 1 2] [--minutes 15] [--render-only]
 
 Each run is ``demo.sh`` itself (the same recipe, data, batches, 15 minutes of
@@ -20,11 +20,12 @@ every run.
 import argparse
 import json
 import os
-import re
 import subprocess
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from experiments import harness
+from experiments.harness import REPO, describe_commit
+
 RESULTS = os.path.join(REPO, "docs", "experiments", "budget")
 RUN_DIRS = os.path.join(REPO, "runs", "budget")
 DEMO = os.path.join(REPO, "recipes", "bible_es_en", "demo.sh")
@@ -53,20 +54,10 @@ RUNS = {
 }  # fmt: skip
 
 DEFAULT_RUNS = ["demo", "global", "lstm"]
-VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
 
 
 def result_path(name: str, seed: int) -> str:
     return os.path.join(RESULTS, f"{name}.seed{seed}.json")
-
-
-def describe_commit() -> str:
-    git = ["git", "-C", REPO]
-    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        git + ["status", "--porcelain", "luong_plugin", "recipes"], capture_output=True, text=True
-    )
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def run(name: str, seed: int, args) -> dict:
@@ -85,7 +76,7 @@ def run(name: str, seed: int, args) -> dict:
     with open(report) as f:
         scores = json.load(f)
     with open(os.path.join(run_dir, "train.log")) as f:
-        valid = {int(u): float(p) for p, u in VALID.findall(f.read())}
+        valid = harness.valid_ppl(f.read())
     result = {
         "name": name,
         "what": what,
@@ -104,22 +95,12 @@ def run(name: str, seed: int, args) -> dict:
         "started": started,
         "commit": commit,
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(result_path(name, seed) + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(result_path(name, seed) + ".tmp", result_path(name, seed))
+    harness.write_json(result_path(name, seed), result)
     return result
 
 
 def load_results():
-    results = {}
-    if os.path.isdir(RESULTS):
-        for fname in sorted(os.listdir(RESULTS)):
-            if fname.endswith(".json"):
-                with open(os.path.join(RESULTS, fname)) as f:
-                    r = json.load(f)
-                results[(r["name"], r["seed"])] = r
-    return results
+    return harness.load_results(RESULTS)
 
 
 def cell(values, fmt="{:.2f}"):
@@ -138,7 +119,7 @@ def render(path: str) -> None:
     lines = [
         "# The demo at its budget: 15 minutes of training, one run after the other",
         "",
-        "Rendered by `recipes/bible_es_en/budget.py` from `docs/experiments/budget/*.json`.",
+        "Rendered by `python -m experiments.budget` from `docs/experiments/budget/*.json`.",
         "Every run is `recipes/bible_es_en/demo.sh` (1 x 256, 8K SentencePiece vocabulary,",
         "2,000-token batches, dropout 0.2, Adam, all cores, tcmalloc) with the one change its",
         "row names, trained for the same wall time, then beam 5 on the 999 test verses.",

@@ -8,7 +8,7 @@ listed as still to run, so a partly finished ladder renders an honest page.
 import os
 from typing import Dict, NamedTuple
 
-from ladder_rows import (
+from experiments.ladder_rows import (
     BAHDANAU,
     ENSEMBLE,
     MEMBERS,
@@ -23,8 +23,8 @@ from ladder_rows import (
     TABLE4,
     TABLE4_LABELS,
 )
-from ladder_text import data_lines, intro_lines, notes_lines, reading_lines, runs_lines
-from ladder_train import ensemble_options, options, read_json, same_but_precision
+from experiments.ladder_text import data_lines, intro_lines, notes_lines, reading_lines, runs_lines
+from experiments.ladder_train import ensemble_options, options, read_json, same_but_precision
 
 # ------------------------------------------------------------------ the spread rule
 

@@ -1,0 +1,124 @@
+"""What every study in experiments/ shares.
+
+Each study is a module run from the repository root as ``python -m experiments.NAME``.
+It writes one JSON file per run under ``docs/experiments/NAME/``, beside the pages
+rendered from them, the moment the run finishes; a run whose JSON exists is skipped,
+so an interrupted study resumes where it stopped. This module holds what they all
+need: where things are, which commit and machine a run measured, the valid perplexity
+of a fairseq-train log, result files written whole, and a run in a fresh process.
+Nothing in ``luong_plugin`` imports it.
+"""
+
+import json
+import os
+import platform
+import re
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "data", "bible_es_en")  # make demo's corpus (recipes/bible_es_en)
+PYTHON = os.path.join(REPO, ".venv", "bin", "python")
+WITH_TCMALLOC = os.path.join(REPO, "recipes", "with_tcmalloc")
+USER_DIR = os.path.join(REPO, "luong_plugin")
+
+VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
+WALL = re.compile(r"\bwall[= ](\d+)")
+
+
+def results_dir(study: str) -> str:
+    return os.path.join(REPO, "docs", "experiments", study)
+
+
+def result_path(directory: str, name: str, seed: int) -> str:
+    return os.path.join(directory, f"{name}.seed{seed}.json")
+
+
+def describe_commit(paths=("luong_plugin", "recipes", "experiments")) -> str:
+    """The commit a run trains, ``+dirty`` when ``paths`` have uncommitted changes."""
+    git = ["git", "-C", REPO]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(git + ["status", "--porcelain", *paths], capture_output=True, text=True)
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def machine() -> str:
+    """The CPU a run measured, and its core count: a sitting names its machine."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def valid_ppl(text: str) -> dict:
+    """{updates: valid perplexity} of a fairseq-train log."""
+    return {int(u): float(p) for p, u in VALID.findall(text)}
+
+
+def parse_log(text: str):
+    """{updates: valid ppl} and the last training wall seconds of a fairseq-train log."""
+    walls = [int(m.group(1)) for m in WALL.finditer(text)]
+    return valid_ppl(text), (walls[-1] if walls else None)
+
+
+def read_json(path: str):
+    """A result file, or None where the run has not finished."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_json(path: str, value) -> None:
+    """Write a result whole: to a temporary file, then moved into place."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def load_results(directory: str) -> dict:
+    """{(name, seed): result} of every JSON file in ``directory``."""
+    results = {}
+    if os.path.isdir(directory):
+        for fname in sorted(os.listdir(directory)):
+            if fname.endswith(".json"):
+                r = read_json(os.path.join(directory, fname))
+                results[(r["name"], r["seed"])] = r
+    return results
+
+
+def run_worker(module: str, variant: str, argv, python: str = PYTHON, threads: int = 1) -> str:
+    """``python -m experiments.MODULE --worker VARIANT -- ARGV`` in a fresh process on
+    ``threads`` threads (a study that patches the plugin before fairseq-train runs);
+    returns its log, raises when it fails."""
+    env = dict(
+        os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONPATH=REPO
+    )
+    run = subprocess.run(
+        [WITH_TCMALLOC, python, "-m", f"experiments.{module}", "--worker", variant, "--",
+         *map(str, argv)],
+        capture_output=True, text=True, env=env, cwd=REPO,
+    )  # fmt: skip
+    log = run.stdout + run.stderr
+    if run.returncode != 0:
+        raise RuntimeError(f"{module} {variant} failed (exit {run.returncode}):\n{log[-3000:]}")
+    return log
+
+
+COMPARE_PAGE = os.path.join(REPO, "docs", "COMPARE.md")
+
+
+def render_compare_page(python: str = PYTHON, out: str = COMPARE_PAGE) -> None:
+    """docs/COMPARE.md from every study it shows (``python -m experiments.compare_page``),
+    in a fresh process so that no study imports the page that imports it."""
+    subprocess.run(
+        [python, "-m", "experiments.compare_page", "--out", out],
+        check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+    )  # fmt: skip
