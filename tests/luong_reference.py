@@ -29,14 +29,20 @@ What the paper leaves open is taken from Luong's released code
   departures the model offers;
 - S is the number of attended positions (the n words); s and t are 0-based
   over them in original order; local-p's mu = scales · (srcLens - 1) + 1 is
-  1-based with srcLens - 1 = n (``attnLayerForward.m`` line 106), i.e.
-  p_t = n · sigmoid(.) 0-based, and the window is centred on floor(mu) (line
-  19), i.e. floor(p_t); window positions outside the sentence are dropped
-  from the softmax (``buildSrcVecs.m`` lines 41-44);
+  1-based with srcLens - 1 = n (``attnLayerForward.m`` line 106; srcLens
+  counts the words and an end symbol never read, ``prepareData.m`` line 23),
+  i.e. p_t = n · sigmoid(.) 0-based, and the window is centred on floor(mu)
+  (line 19), i.e. floor(p_t); window positions outside the sentence are
+  dropped from the softmax (``buildSrcVecs.m`` lines 41-44). With ``attend_eos``
+  S counts the ``</s>`` too (S = n + 1): eq. (9) then gives (n + 1) ·
+  sigmoid(.), and ``position_scale="luong-code"`` Luong's n · sigmoid(.),
+  computed from his variables in ``_luong_code_position``;
 - local-m: p_t = t, capped at the last word (``attnLayerForward.m`` lines
   21-23);
-- the location score uses rows 0 .. S - 1 of W_a; the decoder starts from the
-  encoder's final (h, c) of every layer.
+- the decoder starts from the encoder's final (h, c) of every layer
+  (``lstmCostGrad.m`` line 44). The location score is not in Luong's code
+  (``attnOpt`` 1-3 are dot, general and concat, ``trainLSTM.m`` lines 83-87):
+  it uses rows 0 .. S - 1 of W_a, the model's own reading of the paper.
 
 Shape legend: T target len, S_b a sentence's real length, E encoder hidden,
 H decoder hidden, O attentional hidden (h̃), V vocab, D window half-width.
@@ -70,6 +76,7 @@ class Options:
     dropout_scale: float = 1.0
     position_lr_scale: float = 1.0  # a: W_p, v_p = a · the module's parameters
     sigma: float = 0.0  # eq. (10)'s σ; 0: the paper's D/2
+    position_scale: str = "paper"  # eq. (9)'s S: "paper" (S_b) or "luong-code" (Luong's)
 
 
 @dataclass
@@ -167,9 +174,19 @@ def _score(opts: Options, w: Weights, h_t: Tensor, h_bar: Tensor, s: int) -> flo
     raise ValueError(f"unknown score {opts.score!r}")
 
 
-def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int):
+def _luong_code_position(scales: float, n_words: int) -> float:
+    """Luong's code's local-p centre, 0-based. ``prepareData.m`` line 23 sets
+    srcLens = (words) + 1 ("add eos"; the encoder never reads that symbol);
+    ``attnLayerForward.m`` line 106: mu = scales .* (srcLens - 1) + 1, a 1-based
+    position; position k (1-based) is s = k - 1 (0-based)."""
+    src_lens = n_words + 1
+    mu = scales * (src_lens - 1) + 1
+    return mu - 1
+
+
+def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int, n_words: int):
     """(positions s in the window, p_t or None, prior(s) multiplying the softmax);
-    S_b is the number of attended positions."""
+    S_b is the number of attended positions, n_words the source words."""
     D = opts.window_size
     if opts.window == "global":
         return list(range(S_b)), None, lambda s: 1.0
@@ -177,7 +194,11 @@ def _window(opts: Options, w: Weights, h_t: Tensor, t: int, S_b: int):
         p_t = float(min(t, S_b - 1))  # p_t = t, kept inside the sentence
         return [s for s in range(S_b) if abs(s - p_t) <= D], p_t, lambda s: 1.0
     if opts.window == "local-p":
-        p_t = S_b * _sigmoid(float(w.v_p @ torch.tanh(w.W_p @ h_t)))  # eq. (9)
+        scales = _sigmoid(float(w.v_p @ torch.tanh(w.W_p @ h_t)))  # scaleLayerForward.m
+        if opts.position_scale == "luong-code":
+            p_t = _luong_code_position(scales, n_words)
+        else:
+            p_t = S_b * scales  # eq. (9), S = S_b
         centre = math.floor(p_t)
         sigma = opts.sigma or D / 2.0  # the paper: "we empirically set σ = D/2"
         positions = [s for s in range(S_b) if abs(s - centre) <= D]
@@ -228,7 +249,7 @@ def reference_sentence(
             logits.append(w.W_s @ (before_W_s * h_t) + w.b_s)  # Base
             continue
 
-        positions, p_t, prior = _window(opts, w, h_t, t, S_b)
+        positions, p_t, prior = _window(opts, w, h_t, t, S_b, n)
         align = _softmax([_score(opts, w, h_t, annotations[s], s) for s in positions])
         weights = [a * prior(s) for a, s in zip(align, positions)]  # eq. (10)
         if opts.renormalize:

@@ -16,10 +16,10 @@ from fairseq.models import register_model
 from ..modules.attention import LuongAttention
 from ..modules.lstm_encoder import LuongEncoder
 from ..modules.luong_decoder import LuongDecoder
-from ..modules.options import VALUE_RULES, OptionError, check_values, option_name
+from ..modules.options import VALUE_RULES, OptionError, check_values, lookup, option_name
 from ..modules.precision import compute_dtype, set_precision
 from ..modules.scores import SCORES
-from ..modules.windows import WINDOWS
+from ..modules.windows import POSITION_SCALES, WINDOWS
 from .base import PluginModel
 from .config import (
     PrecisionChoice,
@@ -30,6 +30,7 @@ from .config import (
 ScoreChoice = ChoiceEnum(list(SCORES))
 DropoutPlacement = ChoiceEnum(["zaremba", "luong", "fairseq"])
 WindowChoice = ChoiceEnum(["none"] + list(WINDOWS))
+PositionScaleChoice = ChoiceEnum(list(POSITION_SCALES))
 
 
 @dataclass
@@ -55,7 +56,10 @@ class LuongConfig(FairseqDataclass):
     )
     renormalize_window: bool = field(
         default=False,
-        metadata={"help": "local-p: renormalise after the Gaussian (Luong's code does not)"},
+        metadata={
+            "help": "local-p: renormalise after the Gaussian (Luong's code does not by "
+            "default, normLocalAttn = 0)"
+        },
     )
     position_logit_bound: float = field(
         default=0.0,
@@ -86,6 +90,16 @@ class LuongConfig(FairseqDataclass):
         metadata={
             "help": "local-p training aid: eq. (9) reads h_t but passes no gradient back "
             "into the decoder; W_p and v_p learn as before (off: the paper)"
+        },
+    )
+    position_scale: PositionScaleChoice = field(
+        default="paper",
+        metadata={
+            "help": "local-p: S of eq. (9), p_t = S · sigmoid(.). paper: S = S_b, the "
+            "positions attention weighs (by default the source words, which is also "
+            "Luong's code's p_t); luong-code: S = S_b - 1, Luong's code's srcLens - 1 "
+            "when S_b counts the final </s> as his srcLens does, so it needs "
+            "--attend-source-eos (attnLayerForward.m line 106)"
         },
     )
     input_feeding: bool = field(
@@ -153,6 +167,7 @@ LOCAL_P_ONLY = {
     "position_detach_query": (bool, "changes local-p's position network"),
     "position_sigma": (lambda v: v > 0, "sets local-p's Gaussian"),
     "position_logit_bound": (lambda v: v > 0, "bounds local-p's predicted position"),
+    "position_scale": (lambda v: v != "paper", "sets S of local-p's eq. (9)"),
 }
 
 
@@ -160,11 +175,19 @@ def validate(cfg) -> None:
     compute_dtype(cfg.precision)  # an unknown --precision names the allowed values
     window = cfg.attention_window
     check_values(cfg, [f.name for f in fields(LuongConfig) if f.name in VALUE_RULES])
+    lookup("--position-scale", POSITION_SCALES, cfg.position_scale)
     for name, (is_set, what) in LOCAL_P_ONLY.items():
         if is_set(getattr(cfg, name)) and window != "local-p":
             raise OptionError(
                 f"{option_name(name)} {what}; it needs --attention-window local-p, got {window}"
             )
+    if cfg.position_scale == "luong-code" and not cfg.attend_source_eos:
+        raise OptionError(
+            "--position-scale luong-code takes S = S_b - 1, Luong's srcLens - 1 where S_b "
+            "counts the final </s>; it needs --attend-source-eos. Without it S_b is the "
+            "number of source words, so the default --position-scale paper already gives "
+            "Luong's code's p_t"
+        )
     if cfg.encoder_layers != cfg.decoder_layers:
         raise OptionError(
             "the decoder starts from the encoder's final states, so --encoder-layers "
@@ -281,6 +304,7 @@ class LuongModel(PluginModel):
                 position_lr_scale=cfg.position_lr_scale,
                 position_sigma=cfg.position_sigma,
                 position_detach_query=cfg.position_detach_query,
+                position_scale=cfg.position_scale,
             )
         decoder = LuongDecoder(
             task.target_dictionary,

@@ -99,6 +99,7 @@ class LuongAttention(nn.Module):
         position_lr_scale: float = 1.0,
         position_sigma: float = 0.0,
         position_detach_query: bool = False,
+        position_scale: str = "paper",
     ):
         super().__init__()
         self.score = build_score(
@@ -117,6 +118,7 @@ class LuongAttention(nn.Module):
             position_lr_scale=position_lr_scale,
             position_sigma=position_sigma,
             detach_query=position_detach_query,
+            position_scale=position_scale,
         )
 
     def precompute(self, keys: Tensor) -> Tensor:

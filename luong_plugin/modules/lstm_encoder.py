@@ -78,7 +78,8 @@ class LuongEncoder(SourceEncoder):
         tokens = layout.to_true_order(src_tokens)  # B x S
         words = layout.word_counts(tokens, self.dictionary.eos())  # B
         if self.reverse_source:
-            # [w_n .. w_1, </s>] (Sutskever et al., Luong), or [</s>, w_n .. w_1]
+            # [w_n .. w_1, </s>]: the words reversed (Sutskever et al.; Luong's code, whose
+            # encoder reads no </s>), or [</s>, w_n .. w_1]
             reverse = layout.reversed_index(None if self.reverse_source_eos else words)
             tokens = tokens.gather(1, reverse)  # B x S
         x = self.dropout(self.embed_tokens(tokens))  # B x S x C

@@ -2,33 +2,46 @@
 
     global   every source position
     local-m  p_t = t (monotonic), window [p_t - D, p_t + D]
-    local-p  p_t = S_b · sigmoid(v_pᵀ tanh(W_p h_t))              eq. (9)
+    local-p  p_t = S · sigmoid(v_pᵀ tanh(W_p h_t)), S = S_b (or S_b - 1)  eq. (9)
              a_t(s) = align(h_t, h̄_s) · exp(-(s - p_t)² / 2σ²), σ = D/2   eq. (10)
 
-Conventions (true source positions, see source.py), those of Luong's code
-(lmthang/nmt.matlab, code/layers/attnLayerForward.m, buildSrcVecs.m):
+Conventions (true source positions, see source.py), checked against Luong's
+code (lmthang/nmt.matlab: code/layers/attnLayerForward.m, distLayerForward.m,
+code/misc/buildSrcVecs.m, code/preprocess/prepareData.m), whose positions are
+1-based:
 - positions s and target steps t are 0-based; the first target step is t = 0;
 - S_b is the number of positions attention may weigh (the encoder's
-  ``src_lengths``): the source words, as in Luong's code, whose sources have
-  no end symbol; S_b + 1 with ``--attend-source-eos``, which counts the final
-  ``</s>`` too;
+  ``src_lengths``): the source words, as in Luong's code, whose encoder reads
+  and attends the words only (prepareData.m lines 47 and 58-59; setAttnParams.m
+  line 3: numSrcHidVecs = srcMaxLen - 1); S_b + 1 with ``--attend-source-eos``,
+  which counts the final ``</s>`` too. His ``srcLens`` counts an end symbol
+  that is never read (prepareData.m line 23, ``srcLens = srcLens + 1; % add
+  eos``), so srcLens - 1 is the number of words;
 - local-m centres on min(t, S_b - 1), so a target longer than its source keeps
-  attending to the last source word (the window is never empty);
-- local-p keeps the real-valued p_t in [0, S_b) for the Gaussian, so W_p and v_p
-  get gradients, and takes the 2D + 1 integer positions around floor(p_t) as
-  the window (Luong: ``srcPositions = floor(mu)``, attnLayerForward.m line 19,
-  with mu = scales .* (srcLens - 1) + 1 in 1-based positions, line 106); the
-  window always overlaps the sentence;
+  attending to the last source word (the window is never empty; Luong:
+  min(tgtPos, srcLens - 1), attnLayerForward.m lines 21-23);
+- local-p: Luong's code computes mu = scales .* (srcLens - 1) + 1 in 1-based
+  positions (attnLayerForward.m line 106), i.e. p_t = (srcLens - 1) · σ(.) =
+  (number of words) · σ(.) 0-based. ``position_scale`` (``--position-scale``)
+  picks eq. (9)'s S: ``paper`` (the default) S = S_b, the positions attention
+  weighs, which is his S as long as S_b counts the words only; ``luong-code``
+  S = S_b - 1, his S when S_b also counts the final ``</s>`` (fairseq ends
+  every source with it), as his srcLens counts its end symbol: the model
+  requires ``--attend-source-eos`` for it. p_t stays real-valued in [0, S) for
+  the Gaussian (distLayerForward.m line 9 takes mu itself), so W_p and v_p get
+  gradients, and the window is the 2D + 1 integer positions around floor(p_t)
+  (``srcPositions = floor(mu)``, attnLayerForward.m line 19; buildSrcVecs.m
+  lines 37-38); the window always overlaps the sentence;
 - window positions outside the sentence are left out of the softmax, not
-  shifted into it (buildSrcVecs.m lines 41-44);
+  shifted into it (buildSrcVecs.m lines 41-44; normLayerForward.m line 22);
 - the Gaussian is applied after the softmax and the result is *not*
   renormalised, Luong's default (``normLocalAttn = 0``, trainLSTM.m line 94;
   attnLayerForward.m lines 69-75); ``renormalize=True`` divides by the sum,
   i.e. softmax(score + log G), and is computed so: the window then gives log G
   as its ``prior``, added to the scores before one softmax (no exp, product,
   sum and division per step). It is neither Luong's default nor his
-  ``normLocalAttn = 1`` (softmax(score · G), lines 62-65; his comment: it
-  "didn't work as well").
+  ``normLocalAttn = 1`` (softmax(score · G), lines 62-65; his comment,
+  trainLSTM.m line 93: it "didn't work as well").
 - ``logit_bound`` B > 0 (``--position-logit-bound``, not in the paper): the
   forward pass is unchanged; in backward, an element whose logit
   v_pᵀ tanh(W_p h_t) lies beyond ±B gets no gradient pushing it further out,
@@ -185,11 +198,11 @@ class LocalMonotonicWindow(_LocalWindow):
         return Centre(mid.to(at_least_fp32(query.dtype)), mid)  # fp32 under bf16: exact past 256
 
 
-def _logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, lengths: Tensor, bound: float):
-    """∂L/∂logit from ∂L/∂p_t for p_t = S_b σ(logit) (s = σ(logit)), with
+def _logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, scale: Tensor, bound: float):
+    """∂L/∂logit from ∂L/∂p_t for p_t = S σ(logit) (s = σ(logit), S = ``scale``), with
     ``--position-logit-bound``: an element beyond ±bound that a descent step (which
     moves the logit by -grad) would push further out gets no gradient."""
-    grad_logit = grad * (lengths * s * (1 - s))  # ∂p_t/∂logit = S_b σ (1 - σ)
+    grad_logit = grad * (scale * s * (1 - s))  # ∂p_t/∂logit = S σ (1 - σ)
     if bound > 0:
         outward = (logit.abs() > bound) & (grad_logit * logit < 0)
         grad_logit = grad_logit.masked_fill(outward, 0.0)
@@ -197,36 +210,38 @@ def _logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, lengths: Tensor, bou
 
 
 class _PredictedPosition(torch.autograd.Function):
-    """p_t = S_b · σ(logit), eq. (9), as one autograd node (a step of the decoder's
-    loop records one node here instead of three).
+    """p_t = S · σ(logit), eq. (9), as one autograd node (a step of the decoder's
+    loop records one node here instead of three); S (``scale``) is
+    ``LocalPredictiveWindow.scale``'s.
 
     ``bound`` B > 0 (``--position-logit-bound``): the forward pass is unchanged;
     backward drops the gradient of every element whose logit lies beyond ±B and
     that a descent step (which moves the logit by -grad) would push further out."""
 
     @staticmethod
-    def forward(ctx, logit: Tensor, lengths: Tensor, bound: float) -> Tensor:
+    def forward(ctx, logit: Tensor, scale: Tensor, bound: float) -> Tensor:
         s = torch.sigmoid(logit)  # B x T
-        ctx.save_for_backward(logit, s, lengths)
+        ctx.save_for_backward(logit, s, scale)
         ctx.bound = bound
-        return lengths * s  # B x T: p_t
+        return scale * s  # B x T: p_t
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor):
-        logit, s, lengths = ctx.saved_tensors
-        return _logit_gradient(grad, logit, s, lengths, ctx.bound), None, None
+        logit, s, scale = ctx.saved_tensors
+        return _logit_gradient(grad, logit, s, scale, ctx.bound), None, None
 
 
 class _PositionStep(torch.autograd.Function):
     """Eq. (9) for one step of the decoder's loop in training, one autograd node:
-    p_t = S_b · σ(v_pᵀ tanh(W_p h_t)), h_t B x H. The products use ``weights``'
+    p_t = S · σ(v_pᵀ tanh(W_p h_t)), h_t B x H, S (``scale``) as in
+    ``_PredictedPosition``. The products use ``weights``'
     ``LoopWeight``s (inputs recorded, the weight gradients one GEMM each over all
     steps); the backward is eq. (9)'s chain rule written out, with ``bound`` as in
     ``_PredictedPosition``. Tested against the plain path (``logit`` + that)."""
 
     @staticmethod
-    def forward(ctx, query, w_p, v_p, lengths, bound, weights, detach_query=False):
+    def forward(ctx, query, w_p, v_p, scale, bound, weights, detach_query=False):
         x = query.to(w_p.dtype)  # B x H
         hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
         logit = hidden.mm(v_p)  # B x 1
@@ -234,14 +249,14 @@ class _PositionStep(torch.autograd.Function):
         ctx.steps = (weights.W_p.record(x), weights.v_p.record(hidden))
         ctx.weights, ctx.bound, ctx.query_dtype = weights, bound, query.dtype
         ctx.detach_query = detach_query
-        ctx.save_for_backward(w_p, v_p, hidden, logit, s, lengths)
-        return lengths * s  # B x 1: p_t
+        ctx.save_for_backward(w_p, v_p, hidden, logit, s, scale)
+        return scale * s  # B x 1: p_t
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        w_p, v_p, hidden, logit, s, lengths = ctx.saved_tensors
-        grad_logit = _logit_gradient(grad, logit, s, lengths, ctx.bound)  # B x 1
+        w_p, v_p, hidden, logit, s, scale = ctx.saved_tensors
+        grad_logit = _logit_gradient(grad, logit, s, scale, ctx.bound)  # B x 1
         step_w, step_v = ctx.steps
         ctx.weights.v_p.record_grad(step_v, grad_logit)
         grad_pre = grad_logit.mm(v_p.t()) * (1 - hidden * hidden)  # B x H: through tanh
@@ -277,10 +292,17 @@ class _GaussianPrior(torch.autograd.Function):
         return grad_p, None, None, None
 
 
+# --position-scale: how many of S_b's positions eq. (9)'s S leaves out (module docstring)
+POSITION_SCALES = {
+    "paper": 0,  # S = S_b, the paper's eq. (9) over the positions attention weighs
+    "luong-code": 1,  # S = S_b - 1: Luong's srcLens - 1 (attnLayerForward.m line 106)
+}
+
+
 class LocalPredictiveWindow(_LocalWindow):
     OPTIONS = (
         "window_size", "renormalize", "logit_bound", "position_lr_scale", "position_sigma",
-        "detach_query",
+        "detach_query", "position_scale",
     )  # fmt: skip
 
     def __init__(
@@ -292,8 +314,11 @@ class LocalPredictiveWindow(_LocalWindow):
         position_lr_scale: float = 1.0,
         position_sigma: float = 0.0,
         detach_query: bool = False,
+        position_scale: str = "paper",
     ):
         super().__init__(query_dim, window_size)
+        self.position_scale = position_scale
+        self.left_out = lookup("--position-scale", POSITION_SCALES, position_scale)
         self.detach_query = detach_query
         self.sigma = position_sigma if position_sigma > 0 else window_size / 2.0  # paper: D/2
         self.renormalize = renormalize
@@ -322,14 +347,18 @@ class LocalPredictiveWindow(_LocalWindow):
             return self.v_p(torch.tanh(self.W_p(query))).squeeze(-1)  # B x T
         return a * self.v_p(torch.tanh(a * self.W_p(query))).squeeze(-1)  # B x T
 
+    def scale(self, src_lengths: Tensor) -> Tensor:
+        """Eq. (9)'s S, B: S_b (``--position-scale paper``) or S_b - 1 (``luong-code``)."""
+        return src_lengths - self.left_out if self.left_out else src_lengths
+
     def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor, weights=None):
+        scale = self.scale(src_lengths).unsqueeze(1)  # B x 1: S
         if weights is not None:  # one step of the decoder's loop in training (T = 1)
-            lengths = src_lengths.unsqueeze(1).to(weights.v_p.weight_t.dtype)  # B x 1: S_b
             p_t = _PositionStep.apply(
                 query.squeeze(1),
                 weights.W_p.weight_t,
                 weights.v_p.weight_t,
-                lengths,
+                scale.to(weights.v_p.weight_t.dtype),
                 self.logit_bound,
                 weights,
                 self.detach_query,
@@ -337,11 +366,10 @@ class LocalPredictiveWindow(_LocalWindow):
         else:
             logit = self.logit(query.detach() if self.detach_query else query)  # B x T
             logit = logit.to(at_least_fp32(logit.dtype))  # p_t in fp32 under bf16 (precision.py)
-            lengths = src_lengths.unsqueeze(1).type_as(logit)  # B x 1: S_b
-            p_t = _PredictedPosition.apply(logit, lengths, self.logit_bound)  # B x T: eq. (9)
+            p_t = _PredictedPosition.apply(logit, scale.type_as(logit), self.logit_bound)  # eq. (9)
         if self.round_centre:  # checkpoints saved before the convention changed
             return Centre(p_t, torch.floor(p_t + 0.5).long())
-        return Centre(p_t, torch.floor(p_t).long())  # Luong's code: floor(mu), attnLayerForward.m
+        return Centre(p_t, torch.floor(p_t).long())  # Luong: floor(mu), attnLayerForward.m:19
 
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
         """Eq. (10)'s G, B x T x (S|W); its log when renormalising: softmax(score +
