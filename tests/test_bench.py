@@ -92,3 +92,65 @@ def test_position_step_refuses_a_size_below_one():
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 2 and "--batch must be a positive integer" in proc.stderr
+
+
+# -- bench/gpu.py: its plumbing on the CPU (--dry-run), its targets from given numbers --------
+def _gpu_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu", os.path.join(REPO, "bench", "gpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_targets_are_ratios_of_the_same_run():
+    gpu = _gpu_module()
+    train = {
+        "lstm": {"fp32": {"tokens_per_s": 100.0}, "fp16": {"error": "RuntimeError: x"}},
+        "global": {"fp32": {"tokens_per_s": 200.0}, "bf16": {"tokens_per_s": 320.0}},
+        "local-p": {"fp32": {"tokens_per_s": 150.0}},
+    }
+    decode = {"lstm": {"fp32": {"sentences_per_s": 10.0}},
+              "global": {"fp16": {"sentences_per_s": 25.0}}}  # fmt: skip
+    rows = {t: (m, ok) for t, m, ok in gpu.targets(train, decode)}
+    assert rows["global bf16 >= 1.5x global fp32"] == ("1.60x", True)
+    # the peer's fastest WORKING setting: its failed --fp16 does not count
+    assert rows["global (bf16) >= 3x lstm (fp32)"] == ("3.20x", True)
+    assert rows["local-p (fp32) >= 0.9x global (bf16)"] == ("0.47x", False)
+    assert rows["beam 10: global (fp16) >= 2x lstm (fp32)"] == ("2.50x", True)
+
+
+def test_gpu_failure_line_is_the_error_not_the_traceback_tail():
+    gpu = _gpu_module()
+    log = "Traceback (most recent call last):\n  File x\nRuntimeError: mat1 and mat2\n\nsome log\n"
+    assert gpu.failure(log) == "RuntimeError: mat1 and mat2"
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_dry_run_trains_and_decodes(tmp_path):
+    """The GPU benchmark's whole path on the CPU: data, fairseq-train with the timed
+    worker (fp32, and fairseq's half model), a checkpoint, beam 10 at forced lengths."""
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "bench", "gpu.py"),
+        "--dry-run",
+        "--out",
+        out,
+        "--work",
+        tmp_path / "work",
+        "--models",
+        "global",
+        "--precisions",
+        "fp32",
+        "fp16",
+    ]
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    for precision in ("fp32", "fp16"):
+        assert results["train"]["global"][precision]["tokens_per_s"] > 0, results["train"]
+        decoded = results["decode"]["global"][precision]
+        assert decoded["sentences"] == 8 and decoded["equal_lengths"], decoded
+    assert "| global |" in (out / "summary.md").read_text()

@@ -1,0 +1,419 @@
+"""The GPU benchmark: fairseq's `lstm` and ours at the paper's shape, each precision flag.
+
+    python bench/gpu.py --out DIR               # on one GPU, under 8 minutes
+    python bench/gpu.py --out DIR --dry-run     # the same plumbing on a CPU, tiny models
+
+Trains, through fairseq-train as a user runs it, at Luong et al.'s shape (4 x 1000 LSTMs,
+1000-dim embeddings, 50K words a side; RNNsearch at Bahdanau et al.'s 1000 / 620) on
+synthetic text (Zipf-distributed words, 10-50 a sentence, batches of 128 sentences):
+
+- fairseq's ``lstm_luong_wmt_en_de`` in fp32, ``--fp16`` and ``--amp``;
+- ours: global (general), local-p (general, the paper's best) and RNNsearch, each in fp32,
+  ``--fp16``, ``--amp`` and ``--precision bf16``.
+
+Each run trains ``--updates`` updates with Adam; the target tokens per second of the
+updates after ``--warmup`` are timed in the trainer's own step (forward, backward and
+optimizer step, synchronised with the GPU at its end), with the peak GPU memory. Runs go
+one after the other, system by system, ``--rounds`` times in alternating order; the
+median counts. Then beam-10 decoding (fairseq-generate) of each model in each precision
+from a checkpoint of its fp32 run, with every hypothesis forced to ``--decode-len`` tokens
+(``--min-len`` = ``--max-len-b``, ``--max-len-a 0``): an untrained model's lengths must not
+decide the figure. Writes ``results.json`` and ``summary.md`` (device, driver, torch,
+CUDA, cuDNN; the tables; the issue's targets) under ``--out``, and the logs of failed runs.
+
+On a machine without a package registry, carry the wheels bench/gpu_wheels.sh makes and
+run bench/gpu_run.sh there.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO, "luong_plugin")
+MARK = "GPU_BENCH "  # the worker's result line
+
+LUONG_GLOBAL = ["--arch", "luong_global_general_wmt_en_de"]
+LUONG_LOCAL_P = ["--arch", "luong_wmt_en_de"]  # local-p (general): the paper's best
+RNNSEARCH = ["--arch", "bahdanau_rnnsearch_wmt_en_fr"]
+LSTM = ["--arch", "lstm_luong_wmt_en_de"]
+PRECISIONS = {
+    "fp32": [],
+    "fp16": ["--fp16"],
+    "amp": ["--amp"],
+    "bf16": ["--precision", "bf16"],  # ours only: fairseq's --bf16 needs a TPU
+}
+MODELS = {  # name: (arch options, precisions it is trained in, ours)
+    "lstm": (LSTM, ("fp32", "fp16", "amp"), False),
+    "global": (LUONG_GLOBAL, ("fp32", "fp16", "amp", "bf16"), True),
+    "local-p": (LUONG_LOCAL_P, ("fp32", "fp16", "amp", "bf16"), True),
+    "rnnsearch": (RNNSEARCH, ("fp32", "fp16", "amp", "bf16"), True),
+}
+# tiny sizes for --dry-run (the archs keep the papers' sizes otherwise)
+DRY_SIZES = {
+    "lstm": ["--encoder-embed-dim", "16", "--encoder-hidden-size", "16", "--encoder-layers", "1",
+             "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-layers", "1",
+             "--decoder-out-embed-dim", "16"],
+    "rnnsearch": ["--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
+                  "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
+                  "--attention-dim", "16", "--maxout-dim", "8"],
+}  # fmt: skip
+DRY_SIZES["global"] = DRY_SIZES["local-p"] = DRY_SIZES["lstm"]
+
+
+# -- data -----------------------------------------------------------------------------------
+def zipf_corpus(path, n, vocab, lengths, seed):
+    """``n`` lines of words w0 .. w{vocab-1}, Zipf-distributed (p(w_k) ~ 1/(k+1)), of
+    ``lengths`` (lo, hi) words; the source and target are drawn independently."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, vocab + 1)
+    p /= p.sum()
+    with open(path, "w") as f:
+        for _ in range(n):
+            words = rng.choice(vocab, size=int(rng.integers(lengths[0], lengths[1] + 1)), p=p)
+            f.write(" ".join(f"w{k}" for k in words) + "\n")
+
+
+def make_data(out, vocab, n_train, n_test, python, workers):
+    """Raw text, full 50K-word dictionaries, and fairseq-preprocess's binary data."""
+    raw, bin_dir = os.path.join(out, "raw"), os.path.join(out, "bin")
+    if os.path.exists(os.path.join(bin_dir, "test.src-tgt.tgt.idx")):
+        return bin_dir
+    os.makedirs(raw, exist_ok=True)
+    for s, (split, n) in enumerate((("train", n_train), ("valid", n_test), ("test", n_test))):
+        for k, lang in enumerate(("src", "tgt")):
+            zipf_corpus(os.path.join(raw, f"{split}.{lang}"), n, vocab, (10, 50), 10 * s + k)
+    for lang in ("src", "tgt"):  # every word in the dictionary: V is the paper's 50K
+        with open(os.path.join(raw, f"dict.{lang}.txt"), "w") as f:
+            f.writelines(f"w{k} {vocab - k}\n" for k in range(vocab))
+    cmd = [python, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",
+           "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+           "--srcdict", f"{raw}/dict.src.txt", "--tgtdict", f"{raw}/dict.tgt.txt",
+           "--destdir", bin_dir, "--workers", str(workers)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+    return bin_dir
+
+
+# -- the worker: fairseq-train in this process, its steps timed -------------------------------
+def train_worker(argv, warmup):
+    """fairseq-train with ``argv``; prints one MARK line: target tokens/s of the updates
+    after ``warmup`` (the trainer's step, synchronised at its end), peak GPU memory."""
+    import torch
+    from fairseq.trainer import Trainer
+
+    cuda = torch.cuda.is_available() and "--cpu" not in argv
+    timed = {"tokens": 0, "seconds": 0.0, "steps": 0}
+    original = Trainer.train_step
+
+    def train_step(self, samples, *args, **kwargs):
+        start = time.perf_counter()
+        out = original(self, samples, *args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        if self.get_num_updates() > warmup:
+            timed["tokens"] += sum(s.get("ntokens", 0) for s in samples if s)
+            timed["seconds"] += time.perf_counter() - start
+            timed["steps"] += 1
+        return out
+
+    Trainer.train_step = train_step
+    from fairseq_cli.train import cli_main
+
+    sys.argv = ["fairseq-train", *argv]
+    cli_main()
+    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    rate = timed["tokens"] / timed["seconds"] if timed["seconds"] else None
+    print(MARK + json.dumps({"tokens_per_s": rate, "steps": timed["steps"], "peak_gib": peak}))
+
+
+def run_train(args, bin_dir, model, precision, save_dir=None):
+    arch, _, _ = MODELS[model]
+    flags = PRECISIONS[precision]
+    if args.dry_run and precision == "fp16":  # fairseq's --fp16 optimizer needs CUDA
+        flags = ["--memory-efficient-fp16"]
+    argv = [
+        bin_dir, "--user-dir", USER_DIR, *arch, *(DRY_SIZES[model] if args.dry_run else []),
+        *flags, "--optimizer", "adam", "--lr", "0.001", "--clip-norm", "5",
+        "--batch-size", str(args.batch), "--max-tokens", str(args.batch * 60),
+        "--required-batch-size-multiple", "1", "--max-update", str(args.updates),
+        "--max-epoch", "0", "--disable-validation", "--seed", "1", "--num-workers", "0",
+        "--log-format", "simple", "--log-interval", "10", "--no-progress-bar",
+        *(["--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state"]
+          if save_dir else ["--no-save"]),
+        *(["--cpu"] if args.dry_run else []),
+    ]  # fmt: skip
+    cmd = [args.python, os.path.abspath(__file__), "--worker", str(args.warmup), "--", *argv]
+    start = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=worker_env())
+    log = proc.stdout + proc.stderr
+    found = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
+    if proc.returncode != 0 or not found:
+        return {"error": failure(log), "log": log, "wall_s": round(time.time() - start, 1)}
+    result = json.loads(found[-1][len(MARK) :])
+    result["wall_s"] = round(time.time() - start, 1)
+    return result
+
+
+def run_decode(args, bin_dir, model, precision, checkpoint):
+    flags = {"fp32": [], "fp16": ["--fp16"], "amp": None,
+             "bf16": ["--model-overrides", "{'precision': 'bf16'}"]}[precision]  # fmt: skip
+    if flags is None or (precision == "bf16" and not MODELS[model][2]):
+        return None  # --amp is training only; fairseq's lstm has no bf16
+    n = args.decode_len
+    cmd = [
+        args.python, "-m", "fairseq_cli.generate", bin_dir, "--user-dir", USER_DIR,
+        "--path", checkpoint, "--gen-subset", "test", "--beam", "10",
+        "--batch-size", str(args.decode_batch), "--required-batch-size-multiple", "1",
+        "--min-len", str(n), "--max-len-a", "0", "--max-len-b", str(n), *flags,
+        *(["--cpu"] if args.dry_run else []),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=worker_env())
+    log = proc.stdout + proc.stderr
+    speed = re.search(r"Translated ([\d,]+) sentences .*?\(([\d.]+) sentences/s", log)
+    if proc.returncode != 0 or not speed:
+        return {"error": failure(log), "log": log}
+    lengths = [len(line.split("\t")[2].split()) for line in proc.stdout.splitlines()
+               if line.startswith("H-")]  # fmt: skip
+    return {
+        "sentences": int(speed.group(1).replace(",", "")),
+        "sentences_per_s": float(speed.group(2)),
+        "equal_lengths": bool(lengths) and set(lengths) == {n},
+    }
+
+
+def worker_env():
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    )
+
+
+def failure(log: str) -> str:
+    """The last line of a traceback or an error message."""
+    lines = [line for line in log.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^(\w+(\.\w+)*(Error|Exception)|error:|AssertionError|RuntimeError)", line):
+            return line.strip()[:300]
+    return (lines[-1] if lines else "no output")[:300]
+
+
+# -- the run ----------------------------------------------------------------------------------
+def environment(python: str) -> dict:
+    probe = (
+        "import json, torch, platform; c = torch.cuda.is_available(); print(json.dumps({"
+        "'device': torch.cuda.get_device_name(0) if c else platform.processor() or 'CPU', "
+        "'torch': torch.__version__, 'cuda': torch.version.cuda, "
+        "'cudnn': torch.backends.cudnn.version() if c else None, "
+        "'bf16': bool(c and torch.cuda.is_bf16_supported())}))"
+    )
+    env = json.loads(subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                                    check=True).stdout)  # fmt: skip
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        query = [smi, "--query-gpu=driver_version,memory.total", "--format=csv,noheader"]
+        env["driver"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+    env["python"] = platform.python_version()
+    env["host"] = platform.node()
+    return env
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def train_all(args, bin_dir, runs_dir):
+    """{model: {precision: [result of each round]}}, rounds in alternating order."""
+    jobs = [(m, p) for m, (_, precisions, _) in MODELS.items() if m in args.models
+            for p in precisions if p in args.precisions]  # fmt: skip
+    results = {m: {p: [] for _, p in jobs if _ == m} for m, _ in jobs}
+    for r in range(args.rounds):
+        for model, precision in jobs if r % 2 == 0 else list(reversed(jobs)):
+            save = os.path.join(runs_dir, model) if (r == 0 and precision == "fp32") else None
+            result = run_train(args, bin_dir, model, precision, save)
+            if "log" in result:
+                with open(os.path.join(args.out, "failed_train.log"), "a") as f:
+                    f.write(f"== {model} {precision} round {r + 1}\n{result.pop('log')[-4000:]}\n")
+            results[model][precision].append(result)
+            shown = result.get("tokens_per_s") or result.get("error")
+            print(f"[train] round {r + 1} {model} {precision}: {shown}", flush=True)
+    return results
+
+
+def decode_all(args, bin_dir, runs_dir):
+    results = {}
+    for model in args.models:
+        checkpoint = os.path.join(runs_dir, model, "checkpoint_last.pt")
+        if not os.path.exists(checkpoint):
+            continue
+        for precision in args.precisions:
+            result = run_decode(args, bin_dir, model, precision, checkpoint)
+            if result is not None:
+                results.setdefault(model, {})[precision] = result
+                shown = result.get("sentences_per_s") or result.get("error")
+                print(f"[decode] {model} {precision}: {shown}", flush=True)
+    return results
+
+
+def best(table: dict, key: str):
+    """(precision, value) of the fastest working setting of one model."""
+    found = [(p, r[key]) for p, r in table.items() if r.get(key)]
+    return max(found, key=lambda pair: pair[1]) if found else (None, None)
+
+
+def targets(train: dict, decode: dict) -> list:
+    """(target, measured, met) rows: the issue's targets from this run's numbers."""
+    rows = []
+    lstm_best = best(train.get("lstm", {}), "tokens_per_s")
+    for model in ("global", "local-p", "rnnsearch"):
+        table = train.get(model, {})
+        fp32 = table.get("fp32", {}).get("tokens_per_s")
+        for p in ("bf16", "amp", "fp16"):
+            value = table.get(p, {}).get("tokens_per_s")
+            if fp32 and value:
+                rows.append((f"{model} {p} >= 1.5x {model} fp32", f"{value / fp32:.2f}x",
+                             value / fp32 >= 1.5))  # fmt: skip
+    glob = best(train.get("global", {}), "tokens_per_s")
+    if glob[1] and lstm_best[1]:
+        ratio = glob[1] / lstm_best[1]
+        rows.append(
+            (f"global ({glob[0]}) >= 3x lstm ({lstm_best[0]})", f"{ratio:.2f}x", ratio >= 3)
+        )
+    local = best(train.get("local-p", {}), "tokens_per_s")
+    if local[1] and glob[1]:
+        ratio = local[1] / glob[1]
+        rows.append((f"local-p ({local[0]}) >= 0.9x global ({glob[0]})", f"{ratio:.2f}x",
+                     ratio >= 0.9))  # fmt: skip
+    lstm_dec = best(decode.get("lstm", {}), "sentences_per_s")
+    for model in ("global", "local-p", "rnnsearch"):
+        ours = best(decode.get(model, {}), "sentences_per_s")
+        if ours[1] and lstm_dec[1]:
+            ratio = ours[1] / lstm_dec[1]
+            rows.append((f"beam 10: {model} ({ours[0]}) >= 2x lstm ({lstm_dec[0]})",
+                         f"{ratio:.2f}x", ratio >= 2))  # fmt: skip
+    return rows
+
+
+def summary(env, args, train, decode, minutes) -> str:
+    lines = [
+        "# GPU benchmark", "",
+        f"- device: {env['device']}; driver {env.get('driver', '?')}; torch {env['torch']}, "
+        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; Python {env['python']}",
+        f"- `python bench/gpu.py{' --dry-run' if args.dry_run else ''}`: {args.updates} updates "
+        f"of {args.batch} sentences, timed after update {args.warmup}; {args.rounds} round(s), "
+        f"median; beam 10, {args.decode_sentences} sentences forced to {args.decode_len} tokens;"
+        f" {minutes:.1f} min in all",
+        "", "## Training: target tokens/s (peak GPU memory)", "",
+        "| model | " + " | ".join(args.precisions) + " |",
+        "|---|" + "---|" * len(args.precisions),
+    ]  # fmt: skip
+    for model, table in train.items():
+        cells = []
+        for p in args.precisions:
+            r = table.get(p)
+            if r is None:
+                cells.append("")
+            elif r.get("error"):
+                cells.append(f"fails: {r['error'][:80]}")
+            else:
+                mem = f" ({r['peak_gib']:.1f} GiB)" if r.get("peak_gib") else ""
+                cells.append(f"{r['tokens_per_s']:,.0f}{mem}")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += ["", "## Beam-10 decoding: sentences/s", "",
+              "| model | " + " | ".join(args.precisions) + " |",
+              "|---|" + "---|" * len(args.precisions)]  # fmt: skip
+    for model, table in decode.items():
+        cells = []
+        for p in args.precisions:
+            r = table.get(p)
+            if r is None:
+                cells.append("")
+            elif r.get("error"):
+                cells.append(f"fails: {r['error'][:80]}")
+            else:
+                same = "" if r["equal_lengths"] else " (lengths differ!)"
+                cells.append(f"{r['sentences_per_s']:.1f}{same}")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += ["", "## Targets", ""]
+    lines += [f"- {t}: {m} ({'met' if ok else 'missed'})" for t, m, ok in targets(train, decode)]
+    return "\n".join(lines) + "\n"
+
+
+def collapse(train: dict) -> dict:
+    """The median over rounds of each model x precision, or its failure."""
+    out = {}
+    for model, table in train.items():
+        for p, rounds in table.items():
+            ok = [r for r in rounds if not r.get("error")]
+            if ok:
+                out.setdefault(model, {})[p] = {
+                    "tokens_per_s": median([r["tokens_per_s"] for r in ok]),
+                    "peak_gib": median([r.get("peak_gib") for r in ok]),
+                    "rounds": [r["tokens_per_s"] for r in ok],
+                }
+            else:
+                out.setdefault(model, {})[p] = {"error": rounds[-1]["error"]}
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:  # fairseq-train in this process: bench/gpu.py --worker W -- ARGS
+        return train_worker(argv[3:], int(argv[1]))
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="folder for results.json, summary.md, logs")
+    p.add_argument("--work", default=None, help="data and checkpoints (default: OUT/../gpu_work)")
+    p.add_argument("--dry-run", action="store_true", help="tiny models on the CPU")
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=list(PRECISIONS))
+    p.add_argument("--updates", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=30, help="updates not timed")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--batch", type=int, default=128, help="sentences per batch")
+    p.add_argument("--vocab", type=int, default=50000)
+    p.add_argument("--train-sentences", type=int, default=8192)
+    p.add_argument("--decode-sentences", type=int, default=256)
+    p.add_argument("--decode-len", type=int, default=30)
+    p.add_argument("--decode-batch", type=int, default=64)
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--python", default=sys.executable)
+    args = p.parse_args(argv)
+    if args.dry_run:  # the same plumbing in seconds
+        args.vocab, args.train_sentences, args.decode_sentences = 300, 256, 8
+        args.batch, args.updates, args.warmup, args.decode_len = 16, 4, 2, 6
+    if not 0 <= args.warmup < args.updates:
+        p.error("--warmup must be >= 0 and below --updates")
+    start = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    work = args.work or os.path.join(os.path.dirname(os.path.abspath(args.out)), "gpu_work")
+    env = environment(args.python)
+    print(f"[gpu] {env}", flush=True)
+    bin_dir = make_data(os.path.join(work, "data"), args.vocab, args.train_sentences,
+                        args.decode_sentences, args.python, args.workers)  # fmt: skip
+    runs_dir = os.path.join(work, "runs")
+    train = collapse(train_all(args, bin_dir, runs_dir))
+    decode = decode_all(args, bin_dir, runs_dir)
+    minutes = (time.time() - start) / 60
+    logs = {f"{m} {p}": r.pop("log") for m, t in decode.items() for p, r in t.items() if "log" in r}
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"environment": env, "train": train, "decode": decode, "minutes": minutes,
+                   "args": vars(args)}, f, indent=1)  # fmt: skip
+    text = summary(env, args, train, decode, minutes)
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(text)
+    if logs:
+        with open(os.path.join(args.out, "failed_decodes.log"), "w") as f:
+            f.writelines(f"== {k}\n{v[-4000:]}\n" for k, v in logs.items())
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
