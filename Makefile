@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 SWORD := /usr/share/sword/modules/texts/ztext
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sword lint format test demo ladder bench clean
+.PHONY: setup sword lint format test demo own ladder bench clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,13 @@ test: setup sword lint
 # The main job: real Spanish->English text, trained and evaluated on the CPU (~20 min).
 demo: setup sword
 	bash recipes/bible_es_en/demo.sh
+
+# The demo's model on your own parallel text (recipes/own_text/README.md):
+#   make own SRC=my.de TGT=my.en OUT=runs/my_de_en [ARGS="--minutes 60"]
+own: setup
+	@[ -n "$(SRC)" ] && [ -n "$(TGT)" ] && [ -n "$(OUT)" ] \
+	  || { echo "usage: make own SRC=FILE TGT=FILE OUT=DIR [ARGS=...]" >&2; exit 2; }
+	bash recipes/own_text/run.sh --src "$(SRC)" --tgt "$(TGT)" --out "$(OUT)" $(ARGS)
 
 # The papers' Tables 1 and 4, RNNsearch/RNNencdec and fairseq's lstm at CPU scale, word level,
 # two seeds, one budget for all (1 h 23 min on 2 cores from a fresh clone); resumes where it stopped;
