@@ -55,6 +55,7 @@ def markdown(r: dict) -> str:
         "that command, in one process, with the systems interleaved round by round on the same",
         "batches; each figure is the median over rounds.",
         "",
+        f"- sitting: {r.get('started', '?')}, commit {r.get('commit', '?')}",
         f"- command: `{r['command']}`"
         + (" (**--quick: a smoke test, not a measurement**)" if r["quick"] else ""),
         f"- machine: {m['cpu']}, {m['cpus']} CPUs (bf16 instructions: {m.get('cpu_bf16', '?')}), "

@@ -184,6 +184,12 @@ def main(argv=None):
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
     results["max_tokens"] = args.max_tokens
+    results["started"] = time.strftime("%Y-%m-%d %H:%M")
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)  # fmt: skip
+    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "luong_plugin", "bench"],
+                           capture_output=True, text=True)  # fmt: skip
+    results["commit"] = head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
     log("GEMM peak")
     n = 256 if quick else 2048

@@ -116,6 +116,8 @@ def cell(values, fmt="{:.2f}"):
 
 def render(path: str) -> None:
     results = load_results()
+    cores = " or ".join(str(c) for c in sorted({r["threads"] for r in results.values()}))
+    machine = f"one machine of {cores} cores (each JSON's `threads`; they do not name the CPU)"
     lines = [
         "# The demo at its budget: 15 minutes of training, one run after the other",
         "",
@@ -123,10 +125,11 @@ def render(path: str) -> None:
         "Every run is `recipes/bible_es_en/demo.sh` (1 x 256, 8K SentencePiece vocabulary,",
         "2,000-token batches, dropout 0.2, Adam, all cores, tcmalloc) with the one change its",
         "row names, trained for the same wall time, then beam 5 on the 999 test verses.",
-        "Cells are `mean (seed 1 / seed 2)`. The runs went one after the other on one machine,",
-        "seed by seed, in sittings whose dates and commits are listed below the table: the",
-        "machine's speed changes from sitting to sitting, so compare updates and scores within",
-        "one sitting, and not with another machine's numbers.",
+        "Cells are `mean (seed 1 / seed 2)`. The runs went one after the other, seed by seed, on",
+        f"{machine if results else 'one machine'},",
+        "in sittings whose dates and commits are listed below the table: the machine's speed",
+        "changes from sitting to sitting, so compare updates and scores within one sitting, and",
+        "not with another machine's numbers.",
         "",
         "| run | what | updates | best valid ppl | sacreBLEU | chrF2 |",
         "|---|---|---|---|---|---|",

@@ -117,6 +117,18 @@ def table_lines(checkpoints=(500, 1000, 2000)) -> list:
     """docs/COMPARE.md's first part: valid perplexity per run at each checkpoint, each seed
     and the mean (compare_page.py adds the other studies' tables)."""
     results = harness.load_results(RESULTS)
+    commits = {}  # row: {commit: [seeds]}: the sittings a row's seeds come from
+    for (name, seed), r in sorted(results.items()):
+        commits.setdefault(name, {}).setdefault(r["commit"] or "not recorded", []).append(seed)
+    sittings = "; ".join(
+        f"`{name}` "
+        + ", ".join(
+            f"{c} (seed{'s' * (len(ss) > 1)} {', '.join(map(str, ss))})"
+            for c, ss in commits[name].items()
+        )
+        for name in RUNS
+        if name in commits
+    )
     lines = [
         "# Learning per update: ours against fairseq's `lstm`",
         "",
@@ -126,6 +138,11 @@ def table_lines(checkpoints=(500, 1000, 2000)) -> list:
         "trains (fairseq's `lstm` in fp32: fairseq cannot train bf16 on a CPU); the cells give the valid",
         "perplexity at 500, 1,000 and 2,000 updates as `mean (seed 1 / seed 2 / …)` over the",
         "seeds that reached it, or the one seed's value where only one did. Lower is better.",
+        "",
+        "Each JSON records the commit its run trained, its thread count and how many runs",
+        "shared the machine with it, but not its date or the machine; runs at different",
+        "commits are compared across sittings, and so are the seeds of a row that lists",
+        f"several commits. Commits: {sittings}." if sittings else "several commits.",
         "",
         "| run | what it changes | " + " | ".join(f"ppl @ {c}" for c in checkpoints) + " |",
         "|---|---|" + "---|" * len(checkpoints),
@@ -158,7 +175,7 @@ def table_lines(checkpoints=(500, 1000, 2000)) -> list:
         "validated at other updates (`--validate-every`, e.g. every 560; its JSON has each",
         "value, docs/LOCAL_P.md the tables). Most rows marked `not",
         "run` ran earlier with one seed, in fp32, to 1,000 updates: their results are in",
-        "`docs/experiments/compare/` at commit 26e0f16. What the table shows: docs/DEMO.md,",
+        "`docs/experiments/local_p/first_round/` (docs/LOCAL_P.md). What the table shows: docs/DEMO.md,",
         '"Per update against fairseq\'s `lstm`".',
         "",
     ]

@@ -44,6 +44,26 @@ def precision_text(results):
     return f"{' and '.join(ours)} ({rule})" if ours else rule
 
 
+def sitting_text(results):
+    """The sitting the results record: commits, finish times, threads and jobs per run."""
+    if not results:
+        return "**Sitting.** Each row and seed records its commit and finish time when it has run."
+    by_commit = {}
+    for r in results.values():
+        by_commit.setdefault(r["commit"], []).append(r["finished"][:16])
+    runs = "; ".join(
+        f"at commit {commit}, {len(times)} of them finished "
+        + (f"{min(times)} to {max(times)[11:]}" if min(times) != max(times) else min(times))
+        for commit, times in sorted(by_commit.items(), key=lambda kv: min(kv[1]))
+    )
+    threads = " or ".join(str(t) for t in sorted({r["threads"] for r in results.values()}))
+    jobs = " or ".join(str(j) for j in sorted({r["jobs_at_once"] for r in results.values()}))
+    return (
+        "**Sitting.** Each row × seed file records its commit and when it finished, not the "
+        f"machine: {runs}; {threads} thread per run, {jobs} runs at a time on one machine."
+    )
+
+
 def intro_lines(budget, results, data):
     tok_sig, sacre_sig = _signatures(results)
     b = budget
@@ -56,6 +76,7 @@ def intro_lines(budget, results, data):
             "that row and seed finished; `python -m experiments.ladder --render-only` "
             "rewrites this page and the plot from those files alone. Rows not yet run are "
             "listed under [Runs](#runs).",
+            sitting_text(results),
             f"**Budget, the same for every model:** {b.updates:,} updates of at most "
             f"{b.max_tokens:,} tokens ({epochs_text(b, results, data)}), Adam (lr {b.lr:g}, "
             "betas 0.9 / 0.999), gradient norm clipped at 1, cross-entropy, 1 layer of "

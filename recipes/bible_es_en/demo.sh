@@ -41,7 +41,7 @@ esac
 MINUTES=${MINUTES:-15}
 THREADS=${THREADS:-$(nproc)}
 SEED=${SEED:-1}
-WINDOW=${WINDOW:-14}  # local-p's D, in pieces (14: the paper's 10 words, 1.37 pieces a word)
+WINDOW=${WINDOW:-14}  # local-p's D, in pieces (14: the paper's 10 words, counted in pieces)
 case "$WINDOW" in
   ''|*[!0-9]*|0*) echo "WINDOW must be a positive whole number of source pieces (local-p's D), got '$WINDOW'" >&2; exit 2 ;;
 esac
@@ -68,25 +68,18 @@ EXPLORE=${EXPLORE:-1}
 # joint SentencePiece vocabulary, D = 14 pieces, Adam instead of plain SGD (a
 # 15-minute budget cannot afford 10 epochs of SGD), batches of 2000 tokens and
 # Adam's beta2 = 0.98 (more, and more useful, updates in 15 minutes than 4000 tokens
-# and 0.999). Where this departs from the paper, measured per update in
-# docs/COMPARE.md and docs/LOCAL_P.md:
-# - the source is read forward: the paper's reversal costs 11-12% valid perplexity
-#   at 1,000 and 2,000 updates on this corpus (words reversed, two seeds);
-# - --renormalize-window: under Adam, eq. (9)'s p_t first runs to the sentence
-#   end and eq. (10)'s Gaussian leaves ~15% of the attention mass; renormalised,
-#   p_t follows the diagonal from update 500;
-# - --position-logit-bound 4 keeps eq. (9)'s sigmoid out of saturation;
-# - D = 14 pieces (the paper's 10 words; Spanish verses have 1.37 pieces a word)
-#   with eq. (10)'s sigma kept at 5, the paper's D/2 for 10 (--position-sigma 5):
-#   0.51 BLEU above D = 10 at 15 minutes (two seeds, one sitting), where the
-#   paper's sigma = D/2 = 7 had put the same window 0.96 below D = 10 (both
-#   with the paper's init; docs/LOCAL_P.md); WINDOW=10 SIGMA=0 trains the
+# and 0.999). Where this departs from the paper (each measured in docs/LOCAL_P.md,
+# docs/COMPARE.md and docs/BUDGET.md, with the runs' data; the reasons: docs/DEMO.md):
+# - the source is read forward, not reversed;
+# - --renormalize-window: eq. (10)'s Gaussian times the softmax, renormalised;
+# - --position-logit-bound 4 keeps eq. (9)'s sigmoid out of saturation under Adam;
+# - D = 14 pieces (the paper's 10 words, counted in pieces) with eq. (10)'s sigma kept
+#   at 5, the paper's D/2 for 10 (--position-sigma 5); WINDOW=10 SIGMA=0 trains the
 #   paper's D = 10, sigma = 5;
-# - bf16 products (--precision bf16; PRECISION=fp32 to turn off, and the default
-#   on a machine without native bf16): more updates in the same minutes;
+# - bf16 products where the CPU has them natively (default_precision; PRECISION=fp32
+#   or PRECISION=bf16 to choose);
 # - --forget-gate-bias 1 (FORGET_GATE_BIAS=0 for the paper's init): the forget
-#   gates start at sigma(1) = 0.73 instead of 0.5, and the model learns faster per
-#   update (docs/COMPARE.md).
+#   gates start at sigma(1) = 0.73 instead of 0.5.
 # Luong's conventions otherwise: </s> not attended, his dropout placement.
 # All of it is one arch, luong_recommended (luong_recommended_global for PEER=global),
 # the model a user trains on their own text (recipes/own_text).
