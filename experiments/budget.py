@@ -83,6 +83,7 @@ def run(name: str, seed: int, args) -> dict:
         "seed": seed,
         "minutes": args.minutes,
         "threads": os.cpu_count(),
+        "machine": harness.machine(),
         "environment": env_change,
         "updates": scores["training"]["updates"],
         "wall_s": scores["training"]["wall_s"],
@@ -116,8 +117,15 @@ def cell(values, fmt="{:.2f}"):
 
 def render(path: str) -> None:
     results = load_results()
-    cores = " or ".join(str(c) for c in sorted({r["threads"] for r in results.values()}))
-    machine = f"one machine of {cores} cores (each JSON's `threads`; they do not name the CPU)"
+    named = sorted({r["machine"] for r in results.values() if r.get("machine")})
+    cores = " or ".join(str(c) for c in sorted({r["threads"] for r in results.values()
+                                                if r.get("threads")}))  # fmt: skip
+    machine = (
+        " and ".join(named)
+        if named
+        else f"one machine of {cores or 'unrecorded'} cores (each JSON's `threads`; they do not "
+        "name the CPU)"
+    )
     lines = [
         "# The demo at its budget: 15 minutes of training, one run after the other",
         "",

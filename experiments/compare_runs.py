@@ -1,19 +1,22 @@
 """The runs of the per-update comparison (experiments/compare.py), each named by the
 one thing it changes; bf16_parts.py and trajectory.py train some of them too."""
 
-# demo.sh's TRAIN_ARGS without the budget, the save directory and the seed
-RECIPE = [
-    "--source-lang", "es", "--target-lang", "en",
+# demo.sh's model sizes (luong_recommended's) and optimisation, without the languages
+SIZES = [
     "--encoder-layers", "1", "--decoder-layers", "1",
     "--encoder-embed-dim", "256", "--encoder-hidden-size", "256",
     "--decoder-embed-dim", "256", "--decoder-hidden-size", "256",
     "--decoder-out-embed-dim", "256",
     "--share-decoder-input-output-embed", "--dropout", "0.2",
+]  # fmt: skip
+OPTIMISATION = [
     "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
     "--clip-norm", "1.0",
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
     "--max-tokens", "2000", "--num-workers", "0",
 ]  # fmt: skip
+# demo.sh's TRAIN_ARGS without the budget, the save directory and the seed
+RECIPE = ["--source-lang", "es", "--target-lang", "en", *SIZES, *OPTIMISATION]
 # ours train in bf16 as the demo does (level with fp32 per update, docs/BUDGET.md);
 # fairseq's `lstm` cannot, and trains in fp32
 BF16 = ["--precision", "bf16"]

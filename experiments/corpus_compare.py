@@ -1,0 +1,186 @@
+"""make demo's choices on another corpus: learning per update, two seeds.
+
+    python -m experiments.corpus_compare [--corpus docs_en_fr_long] [--runs NAME ...]
+        [--seeds 1 2] [--updates 1500] [--validate-every 250] [--jobs 2] [--render-only]
+
+The demo's settings were chosen on Bible verses (experiments/compare.py, budget.py).
+This study trains the same recommended models on a corpus prepared by another recipe
+(``CORPORA``: recipes/docs_en_fr, Debian's manuals, English->French; ``docs_en_fr_long``
+keeps the pairs of 10 English words or more) for a fixed number of updates, validating
+every ``--validate-every`` updates, so the runs compare learning per update whatever the
+machine's speed: local-p with the demo's settings and with the paper's D = 10 and
+sigma = D/2, global attention, local-m, and fairseq's `lstm` at the same sizes. Each
+finished run writes ``docs/experiments/corpus_compare/CORPUS/NAME.seedK.json`` and
+docs/CORPORA.md is rendered from every corpus's files; a run whose JSON exists is
+skipped, so the study resumes where it stopped.
+"""
+
+import argparse
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from experiments import harness
+from experiments.compare_runs import OPTIMISATION, SIZES
+
+# name: (recipe that prepares it, data folder, source, target)
+CORPORA = {
+    "docs_en_fr": ("recipes/docs_en_fr/prepare.sh", "data/docs_en_fr", "en", "fr"),
+    "docs_en_fr_long": (
+        "recipes/docs_en_fr/prepare.sh --min-words 10 --out data/docs_en_fr_long",
+        "data/docs_en_fr_long",
+        "en",
+        "fr",
+    ),
+}
+OURS_BF16 = ["--precision", "bf16"]  # as make demo trains on a CPU with native bf16
+# name: (what it is, options after the languages and OPTIMISATION)
+RUNS = {
+    "local-p": ("`luong_recommended`: make demo's local-p, D = 14, sigma 5",
+                ["--arch", "luong_recommended", *OURS_BF16]),
+    "local-p-d10": ("the same with the paper's D = 10 and sigma = D/2",
+                    ["--arch", "luong_recommended", "--window-size", "10",
+                     "--position-sigma", "0", *OURS_BF16]),
+    "global": ("`luong_recommended_global`: global attention, otherwise the demo",
+               ["--arch", "luong_recommended_global", *OURS_BF16]),
+    "local-m": ("local-m, D = 14, otherwise the demo",
+                ["--arch", "luong_recommended_global", "--attention-window", "local-m",
+                 "--window-size", "14", *OURS_BF16]),
+    "lstm": ("fairseq's `lstm` at the same sizes, fp32",
+             ["--arch", "lstm", "--decoder-attention", "True", *SIZES]),
+}  # fmt: skip
+PAGE = os.path.join(harness.REPO, "docs", "CORPORA.md")
+
+
+def results_dir(corpus: str) -> str:
+    return os.path.join(harness.results_dir("corpus_compare"), corpus)
+
+
+def done(corpus: str, name: str, seed: int, updates: int) -> bool:
+    r = harness.read_json(harness.result_path(results_dir(corpus), name, seed))
+    return r is not None and r["updates"] >= updates and r["options"] == RUNS[name][1]
+
+
+def train(corpus: str, name: str, seed: int, args) -> dict:
+    _, data, src, tgt = CORPORA[corpus]
+    what, options = RUNS[name]
+    save_dir = os.path.join(harness.REPO, "runs", "corpus_compare", corpus, f"{name}.seed{seed}")
+    os.makedirs(save_dir, exist_ok=True)
+    cmd = [
+        os.path.join(os.path.dirname(args.python), "fairseq-train"),
+        os.path.join(harness.REPO, data, "bin"), "--user-dir", harness.USER_DIR,
+        "--source-lang", src, "--target-lang", tgt, *OPTIMISATION, *options,
+        "--seed", str(seed), "--max-update", str(args.updates), "--max-epoch", "0",
+        "--validate-interval-updates", str(args.validate_every), "--validate-interval", "1000",
+        "--no-save", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
+        "--skip-invalid-size-inputs-valid-test",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    log_path = os.path.join(save_dir, "train.log")
+    commit, started = harness.describe_commit(), time.strftime("%Y-%m-%d %H:%M")
+    with open(log_path, "w") as log:
+        code = subprocess.call([harness.WITH_TCMALLOC, *cmd], stdout=log,
+                               stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    with open(log_path) as f:
+        ppl, wall = harness.parse_log(f.read())
+    if code != 0 or args.updates not in ppl:
+        raise RuntimeError(f"{corpus} {name} seed {seed} failed (exit {code}): see {log_path}")
+    result = {
+        "name": name, "what": what, "corpus": corpus, "seed": seed, "updates": args.updates,
+        "valid_ppl": {str(k): v for k, v in sorted(ppl.items())}, "wall_s": wall,
+        "threads": args.threads, "jobs_at_once": args.jobs, "options": options,
+        "commit": commit, "started": started, "machine": harness.machine(),
+    }  # fmt: skip
+    harness.write_json(harness.result_path(results_dir(corpus), name, seed), result)
+    return result
+
+
+def cell(results: dict, name: str, update: int) -> str:
+    values = {s: r["valid_ppl"].get(str(update)) for (n, s), r in results.items() if n == name}
+    values = {s: v for s, v in sorted(values.items()) if v is not None}
+    if not values:
+        return ""
+    if len(values) == 1:
+        ((seed, value),) = values.items()
+        return f"{value:.2f} (seed {seed})"
+    mean = sum(values.values()) / len(values)
+    return f"{mean:.2f} ({' / '.join(f'{v:.2f}' for v in values.values())})"
+
+
+def render(path: str = PAGE) -> None:
+    lines = [
+        "# make demo's choices on other corpora: learning per update",
+        "",
+        "Rendered by `python -m experiments.corpus_compare` from",
+        "`docs/experiments/corpus_compare/CORPUS/*.json`. Each run trains the demo's sizes and",
+        "optimisation (1 x 256, Adam 0.003 with betas (0.9, 0.98), 2,000-token batches, label",
+        "smoothing 0.1) for a fixed number of updates on one thread, two runs at a time; cells give",
+        "the valid perplexity as `mean (seed 1 / seed 2)`, lower is better. Runs of one corpus",
+        "compare per update only: they trained beside other work, so their speeds say nothing.",
+        "How each corpus is built and its lengths: its recipe's README.",
+    ]
+    for corpus, (recipe, *_) in CORPORA.items():
+        results = harness.load_results(results_dir(corpus))
+        if not results:
+            continue
+        updates = sorted({int(u) for r in results.values() for u in r["valid_ppl"]})
+        shown = [u for u in updates if u % 500 == 0] or updates[-3:]
+        sittings = sorted({f"{r['started'][:10]}, commit {r['commit']}, {r['machine']}"
+                           for r in results.values()})  # fmt: skip
+        lines += [
+            "",
+            f"## `{corpus}` (`{recipe}`)",
+            "",
+            f"Sitting: {'; '.join(sittings)}. Data: `docs/experiments/corpus_compare/{corpus}/`.",
+            "",
+            "| run | what | " + " | ".join(f"ppl @ {u}" for u in shown) + " |",
+            "|---|---|" + "---|" * len(shown),
+        ]
+        for name, (what, _) in RUNS.items():
+            if any(n == name for n, _ in results):
+                cells = [cell(results, name, u) for u in shown]
+                lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--corpus", default="docs_en_fr_long", choices=list(CORPORA))
+    p.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS), metavar="NAME",
+                   help=f"runs to train, of: {', '.join(RUNS)}")  # fmt: skip
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--updates", type=int, default=1500)
+    p.add_argument("--validate-every", type=int, default=250)
+    p.add_argument("--jobs", type=int, default=2, help="runs trained at once")
+    p.add_argument("--threads", type=int, default=1, help="threads per run")
+    p.add_argument("--python", default=harness.PYTHON)
+    p.add_argument("--out", default=PAGE)
+    p.add_argument("--render-only", action="store_true")
+    args = p.parse_args(argv)
+    if min(args.updates, args.validate_every, args.jobs, args.threads) < 1:
+        p.error("--updates, --validate-every, --jobs and --threads must be >= 1")
+    recipe, data, _, _ = CORPORA[args.corpus]
+    if not args.render_only:
+        if not os.path.isdir(os.path.join(harness.REPO, data, "bin")):
+            p.error(f"no {data}/bin: prepare the corpus first with {recipe}")
+        todo = [(n, s) for s in args.seeds for n in args.runs
+                if not done(args.corpus, n, s, args.updates)]  # fmt: skip
+        print(f"{len(todo)} runs to train, {args.jobs} at once", flush=True)
+
+        def one(item):
+            name, seed = item
+            r = train(args.corpus, name, seed, args)
+            render(args.out)
+            print(f"done {name} seed {seed}: ppl {r['valid_ppl'][str(args.updates)]}", flush=True)
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for _ in pool.map(one, todo):
+                pass
+    render(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

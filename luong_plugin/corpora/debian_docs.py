@@ -1,0 +1,640 @@
+"""English→French technical documentation from Debian's translated manuals and catalogs.
+
+Sources (``SOURCES``; licences in recipes/docs_en_fr/README.md), each read from a
+Debian package unpacked under one root (``ROOT/PACKAGE/usr/…``):
+
+* help pages, parallel by file path between an English and a French tree: LibreOffice
+  help, GIMP help, GNOME help (Mallard ``.page`` XML) and the Debian Administrator's
+  Handbook (HTML);
+* message catalogs (``.mo``, read by ``mo.py``): LibreOffice's UI, Freeciv, Blender.
+
+1. Blocks. A page's text is cut at every block-level element (``BLOCK_TAGS``: p, li,
+   td, title, h1…, div, Mallard's item …) into leaf text blocks, in document order;
+   inline elements (a, span, em, code, …) stay inside their block. Scripts, styles,
+   code listings (``pre``, Mallard's ``screen``), Mallard's ``info`` (credits, in the
+   French pages the translators) and ``comment``, page headers, footers and
+   navigation bars are skipped. Of a LibreOffice switch, the case the help would
+   show on Debian is kept (``BlockParser``).
+2. Pairing. Two pages are paired block by block when they have the same number of
+   blocks, and left out otherwise. A block pair is split into sentences only where
+   both sides split into the same number (``split_sentences``); otherwise the whole
+   block is one pair. A page whose pairs fail the length ratio too often is left out
+   (``misaligned``: an index or glossary sorted in each language's order).
+3. Cleaning. Catalog strings go through ``mo.clean_ui_pair`` (placeholders, markup,
+   accelerators). On every pair: LibreOffice's product-name variables become
+   "LibreOffice"; whitespace, no-break and narrow no-break spaces (French typography
+   puts them before ``: ; ? !``) collapse to one space, soft hyphens and zero-width
+   spaces are removed; nothing else is changed (both sides stay true-cased).
+4. Filters. Pairs with a side that has no letter outside URLs, identical sides of
+   three words or more or a French side that reads as English (untranslated text or
+   code: ``looks_english``), a side over ``MAX_WORDS`` words, or a length ratio
+   ``(len(fr) + 5) / (len(en) + 5)`` in characters outside [0.5, 2.0] (the +5 keeps
+   one-word labels such as "Go" → "Aller" in) are dropped.
+5. Deduplication. Exact (en, fr) repeats are dropped, keeping the first occurrence
+   in ``SOURCES`` order: UI strings and page furniture repeat hundreds of times.
+6. Splits. Whole help pages are held out (seeded) for valid and test, none larger
+   than a tenth of the split; catalogs, which have no document structure (and whose
+   strings reappear in the help), only train. Valid and test then lose any pair whose
+   English side is in train (the same sentence with another translation), and test
+   any pair whose English side is in valid.
+
+``python luong_plugin/corpora/debian_docs.py extract --root ROOT --out DIR`` writes
+``{train,valid,test}.{en,fr}``, ``refs.{train,valid,test}`` (``source:path#block``)
+and ``stats.json``; ``packages`` lists the packages and what to unpack from them;
+``profile --out DIR`` writes the length profile of ``DIR/raw`` and ``DIR/spm``.
+"""
+
+import argparse
+import collections
+import glob
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import time
+from html.parser import HTMLParser
+from typing import NamedTuple
+
+if __package__:
+    from luong_plugin.corpora.mo import PRODUCT, PRODUCT_NAME, MoError, clean_ui_pair, read_mo
+else:  # run as a script (prepare.sh does): keeps the package's fairseq import out
+    from mo import PRODUCT, PRODUCT_NAME, MoError, clean_ui_pair, read_mo
+
+
+class Pages(NamedTuple):
+    name: str
+    en_package: str
+    fr_package: str
+    en_dir: str  # inside the unpacked package
+    fr_dir: str
+    suffix: str
+
+
+class Catalogs(NamedTuple):
+    name: str
+    package: str
+    mo_dir: str
+    files: str  # glob of the .mo files in mo_dir
+    accelerators: str  # the toolkit's mnemonic markers (see mo.py)
+
+
+SOURCES = (
+    Pages("libreoffice-help", "libreoffice-help-en-us", "libreoffice-help-fr",
+          "usr/share/libreoffice/help/en-US", "usr/share/libreoffice/help/fr", ".html"),
+    Pages("gimp-help", "gimp-help-en", "gimp-help-fr",
+          "usr/share/gimp/2.0/help/en", "usr/share/gimp/2.0/help/fr", ".html"),
+    Pages("debian-handbook", "debian-handbook", "debian-handbook",
+          "usr/share/doc/debian-handbook/html/en-US",
+          "usr/share/doc/debian-handbook/html/fr-FR", ".html"),
+    Pages("gnome-help", "gnome-user-docs", "gnome-user-docs",
+          "usr/share/help/C/gnome-help", "usr/share/help/fr/gnome-help", ".page"),
+    Catalogs("libreoffice-ui", "libreoffice-l10n-fr",
+             "usr/lib/libreoffice/program/resource/fr/LC_MESSAGES", "*.mo", "_~"),
+    Catalogs("freeciv", "freeciv-data", "usr/share/locale/fr/LC_MESSAGES", "freeciv-*.mo", "_&"),
+    Catalogs("blender", "blender-data", "usr/share/locale/fr/LC_MESSAGES", "blender.mo", ""),
+)  # fmt: skip
+COPYRIGHT = "usr/share/doc/{}/copyright"
+# gimp-help-{en,fr} link their doc directory to gimp-help-common (GFDL), not fetched
+NO_COPYRIGHT = {"gimp-help-en", "gimp-help-fr"}
+
+BLOCK_TAGS = frozenset(
+    "p li td th dt dd title h1 h2 h3 h4 h5 h6 caption figcaption blockquote div table tr "
+    "ul ol dl body html section article main form br hr "  # HTML (br: a new line)
+    "page item desc subtitle note list terms steps tree quote cite example figure "
+    "synopsis links".split()  # Mallard
+)
+SKIP_TAGS = frozenset(
+    "script style noscript pre header footer nav aside svg math screen info comment".split()
+)
+INLINE_SKIP_TAGS = frozenset("script style noscript svg math".split())
+SKIP_CLASSES = frozenset("navheader navfooter docnav".split())  # DocBook, Publican
+VOID_TAGS = frozenset("area base br col embed hr img input link meta param source wbr".split())
+MAX_WORDS = 150
+MIN_RATIO, MAX_RATIO, RATIO_SMOOTHING = 0.5, 2.0, 5
+MISALIGNED_SHARE = 0.2
+# Function words that tell an untranslated French side ("on" is French too).
+ENGLISH_WORDS = frozenset("the and of to is are in that for with this you be it can".split())
+FRENCH_WORDS = frozenset("le la les de des et est en que pour dans une un du vous sur au".split())
+WORD = re.compile(r"\w+")
+URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]*://|www\.)\S*")
+SPLITS = ("train", "valid", "test")
+LANGS = ("en", "fr")
+
+# ------------------------------------------------------------------------ text blocks
+
+
+class BlockParser(HTMLParser):
+    """Leaf text blocks of an HTML or Mallard page, in document order.
+
+    LibreOffice's switches (``class="switch"``/``"switchinline"``) hold one hidden
+    case per application or system (``class="CALC"``, ``"MAC"`` …) and a class-less
+    default, last; the help shows the case of the page's module or system, else the
+    default. ``cases`` names the cases to show (``switch_cases``)."""
+
+    def __init__(self, cases=frozenset()):
+        super().__init__(convert_charrefs=True)
+        self.cases = cases
+        self.blocks, self.run = [], []
+        self.skipping = None  # [tag, depth] of the skipped subtree we are in
+        self.switches = []  # [tag, depth, a case was shown] of the open switches
+
+    def flush(self):
+        text = normalise("".join(self.run))
+        if text:
+            self.blocks.append(text)
+        self.run = []
+
+    def _depth(self, stack, tag, step):
+        if stack and stack[-1][0] == tag and tag not in VOID_TAGS:
+            stack[-1][1] += step
+            if not stack[-1][1]:
+                stack.pop()
+
+    def _skip(self, tag, attrs):
+        classes = set((attrs.get("class") or "").split())
+        if tag in SKIP_TAGS or classes & SKIP_CLASSES:
+            return True
+        if "hidden" in attrs:
+            if not self.switches:
+                return True
+            switch = self.switches[-1]  # a case of the innermost switch
+            if not classes:
+                return switch[2]  # the default, unless a case was shown
+            shown = bool(classes & self.cases) and not switch[2]
+            switch[2] = switch[2] or shown
+            return not shown
+        if classes & {"switch", "switchinline"} and tag not in VOID_TAGS:
+            self.switches.append([tag, 0, False])  # counted below with its own tag
+        return False
+
+    def handle_starttag(self, tag, attrs):
+        if self.skipping:
+            self._depth([self.skipping], tag, 1)
+            self._depth(self.switches, tag, 1)
+            return
+        if self._skip(tag, dict(attrs)) and tag not in VOID_TAGS:
+            if tag in BLOCK_TAGS or tag in SKIP_TAGS - INLINE_SKIP_TAGS:
+                self.flush()  # a skipped span leaves its sentence whole
+            self.skipping = [tag, 1]
+        elif tag in BLOCK_TAGS:
+            self.flush()
+        self._depth(self.switches, tag, 1)
+
+    def handle_startendtag(self, tag, attrs):
+        if not self.skipping and tag in BLOCK_TAGS:
+            self.flush()
+
+    def handle_endtag(self, tag):
+        self._depth(self.switches, tag, -1)
+        if self.skipping:
+            stack = [self.skipping]
+            self._depth(stack, tag, -1)
+            self.skipping = stack[0] if stack else None
+        elif tag in BLOCK_TAGS:
+            self.flush()
+
+    def handle_data(self, data):
+        if not self.skipping:
+            self.run.append(data)
+
+    def close(self):
+        super().close()
+        self.flush()
+
+
+def page_blocks(text, cases=frozenset()):
+    """The leaf text blocks of one page's markup (see the module docstring)."""
+    parser = BlockParser(cases)
+    parser.feed(text)
+    parser.close()
+    return parser.blocks
+
+
+# LibreOffice help modules (text/MODULE/…) and the switch case each shows; Debian
+# runs the UNIX case of system switches.
+MODULE_CASES = {
+    "scalc": "CALC", "swriter": "WRITER", "simpress": "IMPRESS", "sdraw": "DRAW",
+    "schart": "CHART", "smath": "MATH", "sdatabase": "BASE", "sbasic": "BASIC",
+}  # fmt: skip
+
+
+def switch_cases(rel):
+    """The switch cases a page shows: ``"text/scalc/01/x.html"`` → {UNIX, CALC}."""
+    parts = rel.split(os.sep)
+    module = MODULE_CASES.get(parts[1]) if len(parts) > 2 and parts[0] == "text" else None
+    return frozenset({"UNIX", module} - {None})
+
+
+def read_page(path, cases=frozenset()):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return page_blocks(f.read(), cases)
+    except OSError as e:
+        raise OSError(f"{path}: cannot read: {e.strerror}") from e
+
+
+INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\ufeff]")
+SPACES = re.compile(r"\s+")  # \s includes U+00A0 and U+202F
+
+
+def normalise(text):
+    text = PRODUCT.sub(PRODUCT_NAME, INVISIBLE.sub("", text))
+    return SPACES.sub(" ", text).strip()
+
+
+# Words ending in "." that do not end a sentence (English and French).
+ABBREVIATIONS = frozenset(
+    "e.g i.e etc vs cf fig figs no nos p pp ex env resp approx dr mr mrs ms st vol ch "
+    "sect éd ed av apr mm mme mlle".split()
+)
+SENTENCE_END = re.compile(r"""[.!?…]+["”»’)\]]*\s+(?=["“«(\[]?[A-ZÀ-ÖØ-Þ0-9])""")
+
+
+def split_sentences(text):
+    """Split at ``. ! ? …`` (and closing quotes) followed by a space and a capital or
+    digit, except after an abbreviation or a single-letter initial."""
+    sentences, start = [], 0
+    for match in SENTENCE_END.finditer(text):
+        word = text[start : match.start()].rsplit(" ", 1)[-1].lower()
+        if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+            continue
+        sentences.append(text[start : match.end()].strip())
+        start = match.end()
+    sentences.append(text[start:].strip())
+    return [s for s in sentences if s]
+
+
+def pair_blocks(en_blocks, fr_blocks):
+    """Block pairs of two pages, each split into sentence pairs where both sides agree
+    on the count; ``None`` when the pages have a different number of blocks. Returns
+    ``[(index, en, fr)]`` with index ``"7"`` for a whole block, ``"7.2"`` for its
+    third sentence."""
+    if len(en_blocks) != len(fr_blocks):
+        return None
+    pairs = []
+    for i, (en, fr) in enumerate(zip(en_blocks, fr_blocks)):
+        en_sents, fr_sents = split_sentences(en), split_sentences(fr)
+        if len(en_sents) > 1 and len(en_sents) == len(fr_sents):
+            pairs.extend((f"{i}.{j}", e, f) for j, (e, f) in enumerate(zip(en_sents, fr_sents)))
+        else:
+            pairs.append((str(i), en, fr))
+    return pairs
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def package_dir(root, package):
+    path = os.path.join(root, package)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"Debian package {package} is not unpacked under {root}: "
+            f"recipes/docs_en_fr/prepare.sh fetches it (apt-get download {package})"
+        )
+    return path
+
+
+def relative_files(folder, suffix):
+    paths = glob.glob(os.path.join(folder, "**", "*" + suffix), recursive=True)
+    return {os.path.relpath(path, folder) for path in paths}
+
+
+def page_documents(root, source, stats):
+    """``[(doc, [(ref, en, fr)])]`` for the pages both trees have."""
+    en_dir = os.path.join(package_dir(root, source.en_package), source.en_dir)
+    fr_dir = os.path.join(package_dir(root, source.fr_package), source.fr_dir)
+    for path in (en_dir, fr_dir):
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"{source.name}: no help pages under {path}")
+    en_files, fr_files = (relative_files(path, source.suffix) for path in (en_dir, fr_dir))
+    documents = []
+    for rel in sorted(en_files & fr_files):
+        cases = switch_cases(rel)
+        en_blocks = read_page(os.path.join(en_dir, rel), cases)
+        pairs = pair_blocks(en_blocks, read_page(os.path.join(fr_dir, rel), cases))
+        if pairs is None:
+            stats["pages with unequal blocks"] += 1
+            continue
+        if misaligned(pairs):
+            stats["pages misaligned"] += 1
+            continue
+        stats["pages paired"] += 1
+        doc = f"{source.name}:{rel}"
+        documents.append((doc, [(f"{doc}#{i}", en, fr) for i, en, fr in pairs]))
+    stats["pages in one language only"] += len(en_files ^ fr_files)
+    return documents
+
+
+def catalog_documents(root, source, stats):
+    """``[(doc, [(ref, en, fr)])]``, one document per ``.mo`` file."""
+    mo_dir = os.path.join(package_dir(root, source.package), source.mo_dir)
+    paths = sorted(glob.glob(os.path.join(mo_dir, source.files)))
+    if not paths:
+        raise FileNotFoundError(f"{source.name}: no catalogs {source.files} under {mo_dir}")
+    documents = []
+    for path in paths:
+        doc = f"{source.name}:{os.path.basename(path)}"
+        pairs = []
+        for i, entry in enumerate(read_mo(path)):
+            cleaned = clean_ui_pair(entry.msgid, entry.msgstr, source.accelerators)
+            if cleaned is None:
+                stats["catalog strings with placeholders or markup only"] += 1
+            else:
+                pairs.append((f"{doc}#{i}", normalise(cleaned[0]), normalise(cleaned[1])))
+        stats["catalog strings"] += len(pairs)
+        documents.append((doc, pairs))
+    return documents
+
+
+def ratio_ok(en, fr):
+    ratio = (len(fr) + RATIO_SMOOTHING) / (len(en) + RATIO_SMOOTHING)
+    return MIN_RATIO <= ratio <= MAX_RATIO
+
+
+def misaligned(pairs):
+    """True when more than ``MISALIGNED_SHARE`` of a page's pairs of 20 characters or
+    more (and at least two) fail the length ratio: the blocks matched in number but
+    not in order (an index or a glossary sorted in each language's order)."""
+    long_pairs = [(en, fr) for _, en, fr in pairs if max(len(en), len(fr)) >= 20]
+    bad = sum(not ratio_ok(en, fr) for en, fr in long_pairs)
+    return bad >= 2 and bad > MISALIGNED_SHARE * len(long_pairs)
+
+
+def looks_english(text):
+    """At least two English function words and more of them than French ones."""
+    words = WORD.findall(text.lower())
+    english = sum(w in ENGLISH_WORDS for w in words)
+    return english >= 2 and english > sum(w in FRENCH_WORDS for w in words)
+
+
+def has_words(text):
+    """A letter outside URLs: "→ https://www.debian.org/" alone is not text."""
+    return any(c.isalpha() for c in URL.sub("", text))
+
+
+def drop_reason(en, fr, min_words=0):
+    """Why a pair is filtered out (module docstring, step 4), or None to keep it;
+    ``min_words`` > 0 also drops pairs whose English side is shorter (``--min-words``)."""
+    if not has_words(en) or not has_words(fr):
+        return "no letter"
+    en_words, fr_words = len(en.split()), len(fr.split())
+    if en_words < min_words:
+        return "too short"
+    if (en == fr and en_words >= 3) or looks_english(fr):
+        return "untranslated"
+    if max(en_words, fr_words) > MAX_WORDS:
+        return "too long"
+    if not ratio_ok(en, fr):
+        return "length ratio"
+    return None
+
+
+def extract_documents(root, sources=SOURCES, stats=None, min_words=0):
+    """Read, pair, filter and deduplicate every source: ``[(doc, [(ref, en, fr)])]``.
+    ``stats`` (a dict) receives ``{source: Counter}`` of what was kept and dropped;
+    ``min_words``: see ``drop_reason``."""
+    stats = {} if stats is None else stats
+    documents, seen = [], set()
+    for source in sources:
+        counts = stats.setdefault(source.name, collections.Counter())
+        read = page_documents if isinstance(source, Pages) else catalog_documents
+        for doc, pairs in read(root, source, counts):
+            kept = []
+            for ref, en, fr in pairs:
+                reason = drop_reason(en, fr, min_words)
+                if reason is None and (en, fr) in seen:
+                    reason = "duplicate"
+                if reason:
+                    counts[f"dropped: {reason}"] += 1
+                    continue
+                seen.add((en, fr))
+                kept.append((ref, en, fr))
+            counts["pairs"] += len(kept)
+            if kept:
+                documents.append((doc, kept))
+    return documents
+
+
+# --------------------------------------------------------------------------- splits
+
+
+def held_out_eligible(doc):
+    """Only help pages are held out; catalogs (``source:file.mo``) only train."""
+    return not doc.endswith(".mo")
+
+
+def split_documents(documents, seed=1, n_valid=1000, n_test=1000):
+    """Hold out whole documents: ``({split: [(ref, en, fr)]}, {split: docs})``.
+
+    Eligible documents are visited in a seeded order; one goes to valid while it fits
+    in ``n_valid`` pairs, else to test while it fits in ``n_test``, else to train. A
+    document larger than a tenth of a split is not held out in it, so each held-out
+    split has ten documents or more rather than one long page.
+    Valid and test then drop pairs whose English side is in train (test also those in
+    valid), so no held-out source sentence was seen in training.
+    """
+    order = sorted(doc for doc, _ in documents if held_out_eligible(doc))
+    random.Random(seed).shuffle(order)
+    sizes = dict(documents)
+    assignment, size = {}, {"valid": 0, "test": 0}
+    for doc in order:
+        n = len(sizes[doc])
+        for split, limit in (("valid", n_valid), ("test", n_test)):
+            if n <= max(1, limit // 10) and size[split] + n <= limit:
+                assignment[doc], size[split] = split, size[split] + n
+                break
+    splits = {split: [] for split in SPLITS}
+    docs = {split: set() for split in SPLITS}
+    for doc, pairs in documents:
+        split = assignment.get(doc, "train")
+        splits[split].extend(pairs)
+        docs[split].add(doc)
+    seen = {en for _, en, _ in splits["train"]}
+    for split in ("valid", "test"):
+        splits[split] = [pair for pair in splits[split] if pair[1] not in seen]
+        seen |= {en for _, en, _ in splits[split]}
+    return splits, docs
+
+
+def subsample(pairs, n, seed=1):
+    """The first ``n`` pairs after a seeded shuffle, back in their original order."""
+    if n is None or n >= len(pairs):
+        return list(pairs)
+    keep = set(random.Random(seed).sample(range(len(pairs)), n))
+    return [pair for i, pair in enumerate(pairs) if i in keep]
+
+
+def document_of(ref):
+    """``"gimp-help:gimp-tool-crop.html#7.2"`` → ``"gimp-help:gimp-tool-crop.html"``."""
+    return ref.rsplit("#", 1)[0]
+
+
+def write_splits(splits, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    for split, pairs in splits.items():
+        for name, column in (("refs", 0), ("en", 1), ("fr", 2)):
+            path = f"refs.{split}" if name == "refs" else f"{split}.{name}"
+            with open(os.path.join(out_dir, path), "w", encoding="utf-8") as f:
+                f.writelines(pair[column] + "\n" for pair in pairs)
+
+
+# -------------------------------------------------------------------- length profile
+
+
+def length_profile(lengths):
+    """Median, 90th and 99th percentile, mean and maximum of a list of lengths."""
+    if not lengths:
+        return {"lines": 0}
+    ordered = sorted(lengths)
+
+    def percentile(q):
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {
+        "lines": len(ordered),
+        "median": float(statistics.median(ordered)),
+        "p90": percentile(0.9),
+        "p99": percentile(0.99),
+        "mean": round(statistics.fmean(ordered), 1),
+        "max": ordered[-1],
+    }
+
+
+def file_profile(path):
+    with open(path, encoding="utf-8") as f:
+        return length_profile([len(line.split()) for line in f.read().splitlines()])
+
+
+def write_profile(out):
+    """``OUT/lengths.json``: words (``OUT/raw``) and pieces (``OUT/spm``) per line,
+    per split and side."""
+    profile = {}
+    for unit, folder in (("words", "raw"), ("pieces", "spm")):
+        for split in SPLITS:
+            for lang in LANGS:
+                path = os.path.join(out, folder, f"{split}.{lang}")
+                if os.path.exists(path):
+                    profile.setdefault(unit, {}).setdefault(split, {})[lang] = file_profile(path)
+    tmp = os.path.join(out, "lengths.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(profile, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, os.path.join(out, "lengths.json"))
+    return profile
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def package_patterns():
+    """``{package: [tar member patterns]}``: the English and French files each source
+    reads, and the package's copyright file. No other language is unpacked."""
+    patterns = collections.defaultdict(list)
+    for source in SOURCES:
+        if isinstance(source, Pages):
+            patterns[source.en_package].append(f"./{source.en_dir}/*{source.suffix}")
+            patterns[source.fr_package].append(f"./{source.fr_dir}/*{source.suffix}")
+        else:
+            patterns[source.package].append(f"./{source.mo_dir}/{source.files}")
+    for package, found in patterns.items():
+        if package not in NO_COPYRIGHT:
+            found.append("./" + COPYRIGHT.format(package))
+    return dict(patterns)
+
+
+def summarise(stats, documents, splits):
+    """What ``stats.json`` holds: counts per source and per split, and words per line
+    per split and per source (all its pairs, before the split)."""
+    summary = {
+        "sources": {name: dict(sorted(counts.items())) for name, counts in stats.items()},
+        "pairs": sum(len(pairs) for _, pairs in documents),
+        "splits": {},
+        "words": {},
+        "words_by_source": {},
+    }
+    by_source = collections.defaultdict(list)
+    for doc, pairs in documents:
+        by_source[doc.split(":", 1)[0]].extend(pairs)
+    for name, pairs in by_source.items():
+        summary["words_by_source"][name] = {
+            lang: length_profile([len(pair[column].split()) for pair in pairs])
+            for column, lang in ((1, "en"), (2, "fr"))
+        }
+    for split, pairs in splits.items():
+        documents = {document_of(ref) for ref, _, _ in pairs}
+        summary["splits"][split] = {"pairs": len(pairs), "documents": len(documents)}
+        summary["words"][split] = {
+            lang: length_profile([len(pair[column].split()) for pair in pairs])
+            for column, lang in ((1, "en"), (2, "fr"))
+        }
+    return summary
+
+
+def extract(args):
+    started = time.perf_counter()
+    stats = {}
+    try:
+        documents = extract_documents(args.root, stats=stats, min_words=args.min_words)
+    except (FileNotFoundError, MoError, OSError) as e:
+        sys.exit(f"error: {e}")
+    splits, docs = split_documents(documents, args.seed, args.valid, args.test)
+    splits["train"] = subsample(splits["train"], args.max_train, args.seed)
+    write_splits(splits, args.out)
+    summary = summarise(stats, documents, splits)
+    with open(os.path.join(args.out, "stats.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"{summary['pairs']} pairs in {time.perf_counter() - started:.1f} s")
+    for name, counts in stats.items():
+        print(f"  {name}: {counts['pairs']} pairs")
+    for split, counts in summary["splits"].items():
+        print(f"  {split}: {counts['pairs']} pairs, {counts['documents']} documents")
+    print(f"written to {args.out}")
+
+
+def main(argv=None):
+    # fmt: off
+    parser = argparse.ArgumentParser(
+        description="Extract the English→French Debian documentation corpus.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("packages", help="print 'PACKAGE PATTERN…' per package to unpack")
+    p = commands.add_parser("extract", help="pair, clean, split and write raw text")
+    p.add_argument("--root", required=True,
+                   help="folder with one unpacked package per subfolder (ROOT/PACKAGE/usr/…)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed for the document split and --max-train")
+    p.add_argument("--valid", type=int, default=1000,
+                   help="pairs held out for validation (whole help pages)")
+    p.add_argument("--test", type=int, default=1000,
+                   help="pairs held out for test (whole help pages)")
+    p.add_argument("--max-train", type=int, default=None,
+                   help="keep N training pairs (seeded sample; default all)")
+    p.add_argument("--min-words", type=int, default=0,
+                   help="drop pairs whose English side has fewer words (default 0: keep "
+                        "all): longer segments, such as the Bible's or WMT's")
+    p = commands.add_parser("profile", help="write OUT/lengths.json from OUT/raw and OUT/spm")
+    p.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    # fmt: on
+    if args.command == "packages":
+        for package, patterns in package_patterns().items():
+            print(package, *patterns)
+    elif args.command == "extract":
+        extract(args)
+    else:
+        for unit, splits in write_profile(args.out).items():
+            for split, sides in splits.items():
+                print(
+                    f"  {unit} per line, {split}: "
+                    + " | ".join(
+                        f"{lang} median {p['median']} p90 {p['p90']} max {p['max']}"
+                        for lang, p in sides.items()
+                    )
+                )
+
+
+if __name__ == "__main__":
+    main()
