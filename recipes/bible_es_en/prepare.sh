@@ -145,5 +145,13 @@ else
   skip fairseq-preprocess
 fi
 
+# 5. Length profile: words (raw) and pieces (spm) per line, per split and side.
+if stale "$OUT/lengths.json" -- "${spm_outputs[@]}"; then
+  echo "[profile] $OUT/lengths.json"
+  "$PYTHON" "$REPO/luong_plugin/corpora/lengths.py" --out "$OUT" --langs es en
+else
+  skip profile
+fi
+
 echo "done: $OUT"
 wc -l "$RAW"/{train,valid,test}.es | sed '$d'

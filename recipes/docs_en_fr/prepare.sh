@@ -234,9 +234,9 @@ else
 fi
 
 # 6. Length profile: words (raw) and pieces (spm) per line.
-if stale "$OUT/lengths.json" -- "${spm_outputs[@]}" "$RAW/train.en" "$CORPORA/debian_docs.py"; then
+if stale "$OUT/lengths.json" -- "${spm_outputs[@]}" "$RAW/train.en" "$CORPORA/lengths.py"; then
   echo "[profile] $OUT/lengths.json"
-  "$PYTHON" "$CORPORA/debian_docs.py" profile --out "$OUT"
+  "$PYTHON" "$CORPORA/lengths.py" --out "$OUT" --langs en fr
 else
   skip profile
 fi
