@@ -153,3 +153,17 @@ def test_gpu_benchmark_dry_run_trains_and_decodes(tmp_path):
     decoded = results["decode"]["global"]["fp32"]
     assert decoded["sentences"] == 8 and decoded["equal_lengths"], decoded
     assert "| global |" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_by_length_quick_compares_both_models_at_each_length(bible, tmp_path):
+    out = tmp_path / "by_length.json"
+    cmd = [sys.executable, os.path.join(REPO, "bench", "by_length.py"), "--quick",
+           "--threads", "1", "--data", str(bible / "bin"), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["length"] for r in rows] == [8, 40]
+    for r in rows:
+        assert r["train ratio"] > 0 and r["beam ratio"] > 0
+    assert "| 40 |" in proc.stdout

@@ -1,0 +1,159 @@
+"""Local-p against global attention by source length, through fairseq's interfaces.
+
+    python bench/by_length.py [--lengths 10 20 40 80 160] [--rounds 5] [--out FILE.json]
+    python bench/by_length.py --quick          # a smoke test (seconds)
+
+make demo's two models, ``luong_recommended`` (local-p, D = 14) and
+``luong_recommended_global``, built as fairseq-train builds them (the Bible corpus'
+dictionary; ``--precision`` as ``default_precision`` picks), on synthetic batches whose
+sources all have ``L`` pieces and whose targets have ``L`` pieces too, for each ``L``:
+
+- training: target tokens/s of an update (forward, backward, clip, Adam) through the
+  criterion, as fairseq's trainer calls it;
+- decoding: beam-5 sentences/s of fairseq's SequenceGenerator with every hypothesis
+  forced to ``L`` tokens (``min_len`` = ``max_len``), so both models decode as many steps.
+
+The two models are interleaved round by round on the same batches; the table gives the
+medians and local-p's ratio to global. Local-p's window covers 2D + 1 = 29 pieces, so it
+can only save work on sources longer than that; the crossover is where the ratio reaches
+1.00. Prints a table, and writes the numbers as JSON with ``--out``.
+"""
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+
+import measure
+from systems import build, common_args
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO, "luong_plugin")
+MODELS = {"local-p": "luong_recommended", "global": "luong_recommended_global"}
+
+
+def synthetic_batch(dictionary, batch: int, length: int, seed: int) -> dict:
+    """A batch as fairseq's translation task hands it over: left-padded sources (none
+    padded here: every source has ``length`` pieces, </s> last), targets of ``length``
+    pieces, </s> last, and prev_output_tokens starting with </s>."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    low, high = dictionary.nspecial, len(dictionary)
+    eos = torch.full((batch, 1), dictionary.eos())
+    src = torch.cat([torch.randint(low, high, (batch, length - 1), generator=g), eos], dim=1)
+    tgt = torch.cat([torch.randint(low, high, (batch, length - 1), generator=g), eos], dim=1)
+    prev = torch.cat([eos, tgt[:, :-1]], dim=1)
+    return {
+        "id": torch.arange(batch),
+        "nsentences": batch,
+        "ntokens": batch * length,
+        "net_input": {
+            "src_tokens": src,
+            "src_lengths": torch.full((batch,), length),
+            "prev_output_tokens": prev,
+        },
+        "target": tgt,
+    }
+
+
+def make_forced_generate(model, tgt_dict, batches, beam: int, length: int):
+    """Beam search with every hypothesis ``length`` tokens long (</s> included)."""
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model = copy.deepcopy(model).eval()  # the training copy must stay trainable
+    model.make_generation_fast_()
+    generator = SequenceGenerator([model], tgt_dict, beam_size=beam, max_len_a=0,
+                                  max_len_b=length - 1, min_len=length - 1)  # fmt: skip
+
+    def run():
+        with torch.no_grad():
+            for sample in batches:
+                hypos = generator.generate([model], sample)
+                assert all(len(h[0]["tokens"]) == length for h in hypos)
+
+    return run
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en", "bin"),
+                   help="a binarised corpus, for its dictionary (make demo's by default)")  # fmt: skip
+    p.add_argument("--lengths", nargs="+", type=int, default=[10, 20, 40, 80, 160])
+    p.add_argument("--tokens", type=int, default=2000, help="target tokens per batch")
+    p.add_argument("--decode-sentences", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precision", default=None, help="default: default_precision()")
+    p.add_argument("--quick", action="store_true", help="two short lengths, one round")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.lengths, args.rounds, args.tokens, args.decode_sentences = [8, 40], 1, 160, 2
+    if min(args.lengths) < 2 or args.rounds < 1 or args.tokens < 1:
+        p.error("--lengths must be >= 2, --rounds and --tokens >= 1")
+    if not os.path.isdir(args.data):
+        p.error(f"--data {args.data}: no such folder (recipes/bible_es_en/prepare.sh makes it)")
+
+    import torch
+
+    from luong_plugin.modules.precision import default_precision
+
+    torch.set_num_threads(args.threads)
+    precision = args.precision or default_precision()
+    common = common_args(args.data, 0.2, "label_smoothed_cross_entropy", args.tokens)
+    built = {}
+    for name, arch in MODELS.items():
+        torch.manual_seed(1)
+        margs, task, model, criterion = build(["--arch", arch, "--precision", precision], common,
+                                              USER_DIR, sizes=[])  # fmt: skip
+        built[name] = (task, model, criterion)
+    tgt_dict = built["global"][0].target_dictionary
+    rows = []
+    started = time.time()
+    for length in args.lengths:
+        batch = max(1, args.tokens // length)
+        train = [synthetic_batch(tgt_dict, batch, length, seed=length)]
+        decode = [synthetic_batch(tgt_dict, args.decode_sentences, length, seed=length + 1)]
+        jobs = {f"{name} train": measure.make_update(model, criterion, train)
+                for name, (_, model, criterion) in built.items()}  # fmt: skip
+        jobs.update({f"{name} beam": make_forced_generate(model, tgt_dict, decode, 5, length)
+                     for name, (_, model, _) in built.items()})  # fmt: skip
+        seconds, _ = measure.median_rounds(jobs, args.rounds)
+        row = {"length": length, "batch": batch}
+        for name in MODELS:
+            row[f"{name} train tok/s"] = batch * length / seconds[f"{name} train"]
+            row[f"{name} beam sent/s"] = args.decode_sentences / seconds[f"{name} beam"]
+        row["train ratio"] = row["local-p train tok/s"] / row["global train tok/s"]
+        row["beam ratio"] = row["local-p beam sent/s"] / row["global beam sent/s"]
+        rows.append(row)
+        print(f"L = {length}: training {row['train ratio']:.2f}x, beam {row['beam ratio']:.2f}x",
+              file=sys.stderr, flush=True)  # fmt: skip
+    lines = [
+        f"local-p (D = 14) against global, {precision}, {args.threads} threads, "
+        f"{args.rounds} rounds, {(time.time() - started) / 60:.1f} min",
+        "",
+        "| source = target pieces | batch | training tok/s local-p / global | ratio "
+        "| beam-5 sent/s local-p / global | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['length']} | {r['batch']} | {r['local-p train tok/s']:,.0f} / "
+            f"{r['global train tok/s']:,.0f} | {r['train ratio']:.2f}x | "
+            f"{r['local-p beam sent/s']:.1f} / {r['global beam sent/s']:.1f} | "
+            f"{r['beam ratio']:.2f}x |"
+        )
+    print("\n".join(lines))
+    if args.out:
+        meta = {"precision": precision, "threads": args.threads, "rounds": args.rounds,
+                "tokens": args.tokens, "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started))}  # fmt: skip
+        with open(args.out, "w") as f:
+            json.dump({**meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
