@@ -302,6 +302,32 @@ def targets(train: dict, decode: dict) -> list:
     return rows
 
 
+def train_cell(r: dict) -> str:
+    mem = f" ({r['peak_gib']:.1f} GiB)" if r.get("peak_gib") else ""
+    return f"{r['tokens_per_s']:,.0f}{mem}"
+
+
+def decode_cell(r: dict) -> str:
+    return f"{r['sentences_per_s']:.1f}" + ("" if r["equal_lengths"] else " (lengths differ!)")
+
+
+def table_rows(results: dict, precisions, cell) -> list:
+    """One markdown row a model: ``cell`` of each precision's result, or its failure."""
+    rows = []
+    for model, table in results.items():
+        cells = []
+        for p in precisions:
+            r = table.get(p)
+            if r is None:
+                cells.append("")
+            elif r.get("error"):
+                cells.append(f"fails: {r['error'][:80]}")
+            else:
+                cells.append(cell(r))
+        rows.append(f"| {model} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def summary(env, args, train, decode, minutes) -> str:
     lines = [
         "# GPU benchmark", "",
@@ -315,33 +341,11 @@ def summary(env, args, train, decode, minutes) -> str:
         "| model | " + " | ".join(args.precisions) + " |",
         "|---|" + "---|" * len(args.precisions),
     ]  # fmt: skip
-    for model, table in train.items():
-        cells = []
-        for p in args.precisions:
-            r = table.get(p)
-            if r is None:
-                cells.append("")
-            elif r.get("error"):
-                cells.append(f"fails: {r['error'][:80]}")
-            else:
-                mem = f" ({r['peak_gib']:.1f} GiB)" if r.get("peak_gib") else ""
-                cells.append(f"{r['tokens_per_s']:,.0f}{mem}")
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += table_rows(train, args.precisions, train_cell)
     lines += ["", "## Beam-10 decoding: sentences/s", "",
               "| model | " + " | ".join(args.precisions) + " |",
               "|---|" + "---|" * len(args.precisions)]  # fmt: skip
-    for model, table in decode.items():
-        cells = []
-        for p in args.precisions:
-            r = table.get(p)
-            if r is None:
-                cells.append("")
-            elif r.get("error"):
-                cells.append(f"fails: {r['error'][:80]}")
-            else:
-                same = "" if r["equal_lengths"] else " (lengths differ!)"
-                cells.append(f"{r['sentences_per_s']:.1f}{same}")
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += table_rows(decode, args.precisions, decode_cell)
     lines += ["", "## Targets", ""]
     lines += [f"- {t}: {m} ({'met' if ok else 'missed'})" for t, m, ok in targets(train, decode)]
     return "\n".join(lines) + "\n"

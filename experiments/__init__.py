@@ -10,6 +10,7 @@ and renders the page that shows them (harness.py: what they share):
 - ``bf16_parts``: which products bf16 may take;
 - ``budget``: make demo's model and its peers at equal time (docs/BUDGET.md);
 - ``ladder``: the papers' Tables 1 and 4 at CPU scale, word level (docs/RESULTS.md);
+- ``corpus_compare``: make demo's choices on another corpus, per update (docs/CORPORA.md);
 - ``source_dependence``: whether a checkpoint reads its source.
 
 Nothing in ``luong_plugin`` imports this package.

@@ -54,26 +54,10 @@ PREPROCESS=$(dirname "$PYTHON")/fairseq-preprocess
 # The helpers run as scripts, not `-m luong_plugin...`: importing the package
 # imports fairseq (~5 s per call) and these steps need only pysword/sentencepiece.
 CORPORA=luong_plugin/corpora
-SPLITS=(train valid test)
-LANGS=(es en)
 
-# stale OUTPUT... -- INPUT...: true when an output is missing or older than an input.
-stale() {
-  local outputs=() inputs=() f i
-  while [ "$1" != -- ]; do outputs+=("$1"); shift; done
-  shift
-  inputs=("$@")
-  for f in "${outputs[@]}"; do
-    [ -e "$f" ] || return 0
-    for i in "${inputs[@]}"; do [ "$i" -nt "$f" ] && return 0; done
-  done
-  return 1
-}
-
-# record FILE TEXT: rewrite FILE only when TEXT changed, so its mtime marks a change.
-record() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ] || printf '%s\n' "$2" >"$1"; }
-
-skip() { echo "[$1] up to date, skipped"; }
+# stale, record, skip and corpus_pieces (the SentencePiece, binary and profile steps)
+# shellcheck source=recipes/corpus_steps.sh
+source "$REPO/recipes/corpus_steps.sh"
 
 # 1. Extract, clean, align and split the verses.
 RAW=$OUT/raw
@@ -94,64 +78,9 @@ else
   skip extract
 fi
 
-# 2. One joint SentencePiece model on train.es + train.en.
-SPM=$OUT/spm
-mkdir -p "$SPM"
-record "$SPM/.params" "vocab=$VOCAB"
-if stale "$SPM/joint.model" "$SPM/dict.txt" -- \
-  "$RAW/train.es" "$RAW/train.en" "$SPM/.params" "$CORPORA/spm.py"; then
-  echo "[spm-train] $SPM/joint.model, $VOCAB pieces"
-  "$PYTHON" "$CORPORA/spm.py" train --input "$RAW/train.es" "$RAW/train.en" \
-    --model-prefix "$SPM/joint" --vocab-size "$VOCAB"
-  "$PYTHON" "$CORPORA/spm.py" fairseq-dict --model "$SPM/joint.model" \
-    --output "$SPM/dict.txt"
-else
-  skip spm-train
-fi
-
-# 3. Encode every split into pieces.
-for s in "${SPLITS[@]}"; do
-  for l in "${LANGS[@]}"; do
-    if stale "$SPM/$s.$l" -- "$RAW/$s.$l" "$SPM/joint.model"; then
-      "$PYTHON" "$CORPORA/spm.py" encode --model "$SPM/joint.model" \
-        --input "$RAW/$s.$l" --output "$SPM/$s.$l.tmp"
-      mv "$SPM/$s.$l.tmp" "$SPM/$s.$l"
-    else
-      skip "spm-encode $s.$l"
-    fi
-  done
-done
-
-# 4. Binarise with one dictionary for both sides (the SentencePiece vocabulary).
-BIN=$OUT/bin
-bin_outputs=("$BIN/dict.es.txt" "$BIN/dict.en.txt")
-spm_outputs=()
-for s in "${SPLITS[@]}"; do
-  for l in "${LANGS[@]}"; do
-    bin_outputs+=("$BIN/$s.es-en.$l.bin" "$BIN/$s.es-en.$l.idx")
-    spm_outputs+=("$SPM/$s.$l")
-  done
-done
-if stale "${bin_outputs[@]}" -- "${spm_outputs[@]}" "$SPM/dict.txt"; then
-  echo "[fairseq-preprocess] $BIN"
-  rm -rf "$BIN.tmp"  # fairseq-preprocess refuses to overwrite dictionaries
-  "$PREPROCESS" --source-lang es --target-lang en \
-    --joined-dictionary --srcdict "$SPM/dict.txt" \
-    --trainpref "$SPM/train" --validpref "$SPM/valid" --testpref "$SPM/test" \
-    --destdir "$BIN.tmp" --workers 2
-  rm -rf "$BIN"
-  mv "$BIN.tmp" "$BIN"
-else
-  skip fairseq-preprocess
-fi
-
-# 5. Length profile: words (raw) and pieces (spm) per line, per split and side.
-if stale "$OUT/lengths.json" -- "${spm_outputs[@]}"; then
-  echo "[profile] $OUT/lengths.json"
-  "$PYTHON" "$REPO/luong_plugin/corpora/lengths.py" --out "$OUT" --langs es en
-else
-  skip profile
-fi
+# One joint SentencePiece model on train.es + train.en, every split in pieces, the
+# binary data with one dictionary for both sides, the length profile.
+corpus_pieces "$OUT" es en "$VOCAB"
 
 echo "done: $OUT"
 wc -l "$RAW"/{train,valid,test}.es | sed '$d'

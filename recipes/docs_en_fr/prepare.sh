@@ -67,29 +67,13 @@ PREPROCESS=$(dirname "$PYTHON")/fairseq-preprocess
 # imports fairseq (~5 s per call) and these steps need only the standard library
 # and sentencepiece.
 CORPORA=luong_plugin/corpora
-SPLITS=(train valid test)
-LANGS=(en fr)
 for tool in apt-get dpkg-deb tar; do
   command -v "$tool" >/dev/null || { echo "error: $tool not found (a Debian system is needed)" >&2; exit 1; }
 done
 
-# stale OUTPUT... -- INPUT...: true when an output is missing or older than an input.
-stale() {
-  local outputs=() inputs=() f i
-  while [ "$1" != -- ]; do outputs+=("$1"); shift; done
-  shift
-  inputs=("$@")
-  for f in "${outputs[@]}"; do
-    [ -e "$f" ] || return 0
-    for i in "${inputs[@]}"; do [ "$i" -nt "$f" ] && return 0; done
-  done
-  return 1
-}
-
-# record FILE TEXT: rewrite FILE only when TEXT changed, so its mtime marks a change.
-record() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ] || printf '%s\n' "$2" >"$1"; }
-
-skip() { echo "[$1] up to date, skipped"; }
+# stale, record, skip and corpus_pieces (the SentencePiece, binary and profile steps)
+# shellcheck source=recipes/corpus_steps.sh
+source "$REPO/recipes/corpus_steps.sh"
 
 # 1. Fetch the packages (the .deb files only) and unpack their English and French files.
 # `debian_docs.py packages` prints one line per package: NAME TAR-PATTERN...
@@ -179,67 +163,9 @@ else
   skip extract
 fi
 
-# 3. One joint SentencePiece model on train.en + train.fr.
-SPM=$OUT/spm
-mkdir -p "$SPM"
-record "$SPM/.params" "vocab=$VOCAB"
-if stale "$SPM/joint.model" "$SPM/dict.txt" -- \
-  "$RAW/train.en" "$RAW/train.fr" "$SPM/.params" "$CORPORA/spm.py"; then
-  echo "[spm-train] $SPM/joint.model, $VOCAB pieces"
-  "$PYTHON" "$CORPORA/spm.py" train --input "$RAW/train.en" "$RAW/train.fr" \
-    --model-prefix "$SPM/joint.tmp" --vocab-size "$VOCAB"
-  "$PYTHON" "$CORPORA/spm.py" fairseq-dict --model "$SPM/joint.tmp.model" \
-    --output "$SPM/dict.txt.tmp"
-  mv "$SPM/joint.tmp.vocab" "$SPM/joint.vocab"
-  mv "$SPM/joint.tmp.model" "$SPM/joint.model"
-  mv "$SPM/dict.txt.tmp" "$SPM/dict.txt"
-else
-  skip spm-train
-fi
-
-# 4. Encode every split into pieces.
-for s in "${SPLITS[@]}"; do
-  for l in "${LANGS[@]}"; do
-    if stale "$SPM/$s.$l" -- "$RAW/$s.$l" "$SPM/joint.model"; then
-      "$PYTHON" "$CORPORA/spm.py" encode --model "$SPM/joint.model" \
-        --input "$RAW/$s.$l" --output "$SPM/$s.$l.tmp"
-      mv "$SPM/$s.$l.tmp" "$SPM/$s.$l"
-    else
-      skip "spm-encode $s.$l"
-    fi
-  done
-done
-
-# 5. Binarise with one dictionary for both sides (the SentencePiece vocabulary).
-BIN=$OUT/bin
-bin_outputs=("$BIN/dict.en.txt" "$BIN/dict.fr.txt")
-spm_outputs=()
-for s in "${SPLITS[@]}"; do
-  for l in "${LANGS[@]}"; do
-    bin_outputs+=("$BIN/$s.en-fr.$l.bin" "$BIN/$s.en-fr.$l.idx")
-    spm_outputs+=("$SPM/$s.$l")
-  done
-done
-if stale "${bin_outputs[@]}" -- "${spm_outputs[@]}" "$SPM/dict.txt"; then
-  echo "[fairseq-preprocess] $BIN"
-  rm -rf "$BIN.tmp"  # fairseq-preprocess refuses to overwrite dictionaries
-  "$PREPROCESS" --source-lang en --target-lang fr \
-    --joined-dictionary --srcdict "$SPM/dict.txt" \
-    --trainpref "$SPM/train" --validpref "$SPM/valid" --testpref "$SPM/test" \
-    --destdir "$BIN.tmp" --workers 2
-  rm -rf "$BIN"
-  mv "$BIN.tmp" "$BIN"
-else
-  skip fairseq-preprocess
-fi
-
-# 6. Length profile: words (raw) and pieces (spm) per line.
-if stale "$OUT/lengths.json" -- "${spm_outputs[@]}" "$RAW/train.en" "$CORPORA/lengths.py"; then
-  echo "[profile] $OUT/lengths.json"
-  "$PYTHON" "$CORPORA/lengths.py" --out "$OUT" --langs en fr
-else
-  skip profile
-fi
+# One joint SentencePiece model on train.en + train.fr, every split in pieces, the
+# binary data with one dictionary for both sides, the length profile.
+corpus_pieces "$OUT" en fr "$VOCAB"
 
 echo "done: $OUT"
 wc -l "$RAW"/{train,valid,test}.en | sed '$d'
