@@ -319,11 +319,23 @@ def write_splits(splits, out_dir):
 # ------------------------------------------------------------------------------ CLI
 
 
-def package_patterns():
+def select_sources(names=None):
+    """The sources named (all by default), in SOURCES' order; an unknown name exits
+    with a message that lists the known ones."""
+    if not names:
+        return SOURCES
+    known = {source.name for source in SOURCES}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        sys.exit(f"error: --sources: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    return tuple(source for source in SOURCES if source.name in names)
+
+
+def package_patterns(sources=SOURCES):
     """``{package: [tar member patterns]}``: the English and French files each source
     reads, and the package's copyright file. No other language is unpacked."""
     patterns = collections.defaultdict(list)
-    for source in SOURCES:
+    for source in sources:
         if isinstance(source, Pages):
             patterns[source.en_package].append(f"./{source.en_dir}/*{source.suffix}")
             patterns[source.fr_package].append(f"./{source.fr_dir}/*{source.suffix}")
@@ -367,7 +379,9 @@ def extract(args):
     started = time.perf_counter()
     stats = {}
     try:
-        documents = extract_documents(args.root, stats=stats, min_words=args.min_words)
+        documents = extract_documents(
+            args.root, select_sources(args.sources), stats=stats, min_words=args.min_words
+        )
     except (FileNotFoundError, MoError, OSError) as e:
         sys.exit(f"error: {e}")
     splits, docs = split_documents(documents, args.seed, args.valid, args.test)
@@ -390,7 +404,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Extract the English→French Debian documentation corpus.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("packages", help="print 'PACKAGE PATTERN…' per package to unpack")
+    p = commands.add_parser("packages", help="print 'PACKAGE PATTERN…' per package to unpack")
+    p.add_argument("--sources", nargs="*", default=None,
+                   help=f"read only these sources (default all): {' '.join(s.name for s in SOURCES)}")
     p = commands.add_parser("extract", help="pair, clean, split and write raw text")
     p.add_argument("--root", required=True,
                    help="folder with one unpacked package per subfolder (ROOT/PACKAGE/usr/…)")
@@ -403,13 +419,15 @@ def main(argv=None):
                    help="pairs held out for test (whole help pages)")
     p.add_argument("--max-train", type=int, default=None,
                    help="keep N training pairs (seeded sample; default all)")
+    p.add_argument("--sources", nargs="*", default=None,
+                   help="read only these sources (default all; as for packages)")
     p.add_argument("--min-words", type=int, default=0,
                    help="drop pairs whose English side has fewer words (default 0: keep "
                         "all): longer segments, such as the Bible's or WMT's")
     args = parser.parse_args(argv)
     # fmt: on
     if args.command == "packages":
-        for package, patterns in package_patterns().items():
+        for package, patterns in package_patterns(select_sources(args.sources)).items():
             print(package, *patterns)
     elif args.command == "extract":
         extract(args)

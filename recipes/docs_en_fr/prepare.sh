@@ -4,7 +4,7 @@
 #
 # usage: recipes/docs_en_fr/prepare.sh [--out DIR] [--vocab N] [--max-train N]
 #                                      [--valid N] [--test N] [--seed N] [--debs DIR]
-#                                      [--min-words N]
+#                                      [--min-words N] [--sources "NAME ..."]
 #   --out DIR        output directory            (env OUT,       default data/docs_en_fr)
 #   --vocab N        joint SentencePiece size    (env VOCAB,     default 8000)
 #   --max-train N    keep N training pairs       (env MAX_TRAIN, default all)
@@ -14,6 +14,8 @@
 #                    which the training recipes read as the training seed)
 #   --min-words N    keep pairs whose English side has N words or more
 #                    (env MIN_WORDS, default 0: all; e.g. 10 for longer segments)
+#   --sources "N.."  read only these sources (env SOURCES, default all): libreoffice-help
+#                    gimp-help debian-handbook gnome-help libreoffice-ui freeciv blender
 #   --debs DIR       cache of the .deb files and their unpacked English and French
 #                    files, shared by every output directory
 #                    (env DEB_CACHE, default data/debs in the repository)
@@ -35,6 +37,7 @@ OUT=${OUT:-data/docs_en_fr}
 VOCAB=${VOCAB:-8000}
 MAX_TRAIN=${MAX_TRAIN:-}
 MIN_WORDS=${MIN_WORDS:-0}
+SOURCES=${SOURCES:-}
 VALID=${VALID:-1000}
 TEST=${TEST:-1000}
 SEED=${SPLIT_SEED:-1}
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --vocab) VOCAB=$2; shift 2 ;;
     --max-train) MAX_TRAIN=$2; shift 2 ;;
     --min-words) MIN_WORDS=$2; shift 2 ;;
+    --sources) SOURCES=$2; shift 2 ;;
     --valid) VALID=$2; shift 2 ;;
     --test) TEST=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
@@ -77,7 +81,8 @@ source "$REPO/recipes/corpus_steps.sh"
 
 # 1. Fetch the packages (the .deb files only) and unpack their English and French files.
 # `debian_docs.py packages` prints one line per package: NAME TAR-PATTERN...
-PACKAGES=$("$PYTHON" "$CORPORA/debian_docs.py" packages)
+# shellcheck disable=SC2086  # SOURCES is a list of words
+PACKAGES=$("$PYTHON" "$CORPORA/debian_docs.py" packages ${SOURCES:+--sources $SOURCES})
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 UPDATED=
@@ -147,7 +152,7 @@ done <<<"$PACKAGES"
 # 2. Extract, pair, clean, deduplicate and split.
 RAW=$OUT/raw
 mkdir -p "$RAW"
-record "$RAW/.params" "seed=$SEED max_train=$MAX_TRAIN valid=$VALID test=$TEST min_words=$MIN_WORDS"
+record "$RAW/.params" "seed=$SEED max_train=$MAX_TRAIN valid=$VALID test=$TEST min_words=$MIN_WORDS sources=$SOURCES"
 raw_outputs=("$RAW/stats.json")
 for s in "${SPLITS[@]}"; do raw_outputs+=("$RAW/$s.en" "$RAW/$s.fr" "$RAW/refs.$s"); done
 if stale "${raw_outputs[@]}" -- "$CORPORA/debian_docs.py" "$CORPORA/mo.py" "$RAW/.params" \
@@ -156,6 +161,7 @@ if stale "${raw_outputs[@]}" -- "$CORPORA/debian_docs.py" "$CORPORA/mo.py" "$RAW
   rm -rf "$RAW.tmp"
   "$PYTHON" "$CORPORA/debian_docs.py" extract --root "$UNPACKED" --out "$RAW.tmp" \
     --seed "$SEED" --valid "$VALID" --test "$TEST" --min-words "$MIN_WORDS" \
+    ${SOURCES:+--sources $SOURCES} \
     ${MAX_TRAIN:+--max-train "$MAX_TRAIN"}
   mv "$RAW.tmp"/* "$RAW/"
   rmdir "$RAW.tmp"
