@@ -34,6 +34,18 @@ USER_DIR = os.path.join(REPO, "luong_plugin")
 MODELS = {"local-p": "luong_recommended", "global": "luong_recommended_global"}
 
 
+def languages(data: str):
+    """(source, target) of a binarised corpus, from its ``train.SRC-TGT.SRC.idx``."""
+    for name in sorted(os.listdir(data)):
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "train" and parts[3] == "idx" and "-" in parts[1]:
+            src, tgt = parts[1].split("-", 1)
+            return src, tgt
+    raise SystemExit(
+        f"error: --data {data}: no train.SRC-TGT.*.idx in it (fairseq-preprocess's output)"
+    )
+
+
 def synthetic_batch(dictionary, batch: int, length: int, seed: int) -> dict:
     """A batch as fairseq's translation task hands it over: left-padded sources (none
     padded here: every source has ``length`` pieces, </s> last), targets of ``length``
@@ -42,10 +54,14 @@ def synthetic_batch(dictionary, batch: int, length: int, seed: int) -> dict:
 
     g = torch.Generator().manual_seed(seed)
     low, high = dictionary.nspecial, len(dictionary)
-    eos = torch.full((batch, 1), dictionary.eos())
-    src = torch.cat([torch.randint(low, high, (batch, length - 1), generator=g), eos], dim=1)
-    tgt = torch.cat([torch.randint(low, high, (batch, length - 1), generator=g), eos], dim=1)
-    prev = torch.cat([eos, tgt[:, :-1]], dim=1)
+    eos = torch.full((batch, 1), dictionary.eos())  # B x 1
+    src = torch.cat(
+        [torch.randint(low, high, (batch, length - 1), generator=g), eos], dim=1
+    )  # B x L
+    tgt = torch.cat(
+        [torch.randint(low, high, (batch, length - 1), generator=g), eos], dim=1
+    )  # B x L
+    prev = torch.cat([eos, tgt[:, :-1]], dim=1)  # B x L: </s> y_1 .. y_{L-1}
     return {
         "id": torch.arange(batch),
         "nsentences": batch,
@@ -105,6 +121,9 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     precision = args.precision or default_precision()
     common = common_args(args.data, 0.2, "label_smoothed_cross_entropy", args.tokens)
+    src, tgt = languages(args.data)
+    common[common.index("--source-lang") + 1] = src
+    common[common.index("--target-lang") + 1] = tgt
     built = {}
     for name, arch in MODELS.items():
         torch.manual_seed(1)

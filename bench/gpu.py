@@ -1,6 +1,6 @@
 """The GPU benchmark: fairseq's `lstm` and ours at the paper's shape, each precision flag.
 
-    python bench/gpu.py --out DIR               # on one GPU, under 8 minutes
+    python bench/gpu.py --out DIR               # on one GPU (meant to take under 8 minutes)
     python bench/gpu.py --out DIR --dry-run     # the same plumbing on a CPU, tiny models
 
 Trains, through fairseq-train as a user runs it, at Luong et al.'s shape (4 x 1000 LSTMs,
@@ -19,7 +19,7 @@ median counts. Then beam-10 decoding (fairseq-generate) of each model in each pr
 from a checkpoint of its fp32 run, with every hypothesis forced to ``--decode-len`` tokens
 (``--min-len`` = ``--max-len-b``, ``--max-len-a 0``): an untrained model's lengths must not
 decide the figure. Writes ``results.json`` and ``summary.md`` (device, driver, torch,
-CUDA, cuDNN; the tables; the issue's targets) under ``--out``, and the logs of failed runs.
+CUDA, cuDNN; the tables; the targets the project sets for a GPU) under ``--out``, and the logs of failed runs.
 
 On a machine without a package registry, carry the wheels bench/gpu_wheels.sh makes and
 run bench/gpu_run.sh there.
@@ -84,11 +84,14 @@ def zipf_corpus(path, n, vocab, lengths, seed):
 
 
 def make_data(out, vocab, n_train, n_test, python, workers):
-    """Raw text, full 50K-word dictionaries, and fairseq-preprocess's binary data."""
+    """Raw text, full 50K-word dictionaries, and fairseq-preprocess's binary data, made
+    again unless an earlier run made them with the same sizes."""
     raw, bin_dir = os.path.join(out, "raw"), os.path.join(out, "bin")
-    if os.path.exists(os.path.join(bin_dir, "test.src-tgt.tgt.idx")):
+    stamp, params = os.path.join(out, "params.json"), [vocab, n_train, n_test]
+    if os.path.exists(stamp) and json.load(open(stamp)) == params:
         return bin_dir
-    os.makedirs(raw, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(raw)
     for s, (split, n) in enumerate((("train", n_train), ("valid", n_test), ("test", n_test))):
         for k, lang in enumerate(("src", "tgt")):
             zipf_corpus(os.path.join(raw, f"{split}.{lang}"), n, vocab, (10, 50), 10 * s + k)
@@ -99,7 +102,11 @@ def make_data(out, vocab, n_train, n_test, python, workers):
            "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
            "--srcdict", f"{raw}/dict.src.txt", "--tgtdict", f"{raw}/dict.tgt.txt",
            "--destdir", bin_dir, "--workers", str(workers)]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        sys.exit(f"error: fairseq-preprocess failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    with open(stamp, "w") as f:
+        json.dump(params, f)
     return bin_dir
 
 
@@ -214,8 +221,10 @@ def environment(python: str) -> dict:
         "'cudnn': torch.backends.cudnn.version() if c else None, "
         "'bf16': bool(c and torch.cuda.is_bf16_supported())}))"
     )
-    env = json.loads(subprocess.run([python, "-c", probe], capture_output=True, text=True,
-                                    check=True).stdout)  # fmt: skip
+    proc = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"error: {python} cannot import torch:\n{proc.stderr[-3000:]}")
+    env = json.loads(proc.stdout)
     smi = shutil.which("nvidia-smi")
     if smi:
         query = [smi, "--query-gpu=driver_version,memory.total", "--format=csv,noheader"]
@@ -270,7 +279,9 @@ def best(table: dict, key: str):
 
 
 def targets(train: dict, decode: dict) -> list:
-    """(target, measured, met) rows: the issue's targets from this run's numbers."""
+    """(target, measured, met) rows: the project's targets for a GPU (ours in a half
+    precision >= 1.5x our fp32; global >= 3x fairseq's lstm in its fastest working
+    setting; local-p >= 0.9x global; beam 10 >= 2x lstm), from this run's numbers."""
     rows = []
     lstm_best = best(train.get("lstm", {}), "tokens_per_s")
     for model in ("global", "local-p", "rnnsearch"):
@@ -403,6 +414,7 @@ def main(argv=None):
     bin_dir = make_data(os.path.join(work, "data"), args.vocab, args.train_sentences,
                         args.decode_sentences, args.python, args.workers)  # fmt: skip
     runs_dir = os.path.join(work, "runs")
+    shutil.rmtree(runs_dir, ignore_errors=True)  # fairseq would resume an earlier checkpoint
     train = collapse(train_all(args, bin_dir, runs_dir))
     decode = decode_all(args, bin_dir, runs_dir)
     minutes = (time.time() - start) / 60

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# On a GPU machine without a package registry: install the wheels bench/gpu_wheels.sh made
+# On a GPU machine that reaches no package index: install the wheels bench/gpu_wheels.sh made
 # (into /tmp/site, nothing system-wide), then the GPU benchmark, then, with TESTS=1, the
 # CUDA variants of the precision tests.
 #
 # usage: bench/gpu_run.sh OUT [WHEELS]   (from the repository root; WHEELS default .whl)
 #   env ARGS    more options for bench/gpu.py (e.g. "--rounds 2", "--dry-run")
 #       TESTS   1: also pytest -k cuda tests/test_half_models.py tests/test_precision.py
+#               (needs pytest and hypothesis on that machine)
 set -euo pipefail
 OUT=${1:?usage: bench/gpu_run.sh OUT [WHEELS]}
 WHEELS=${2:-.whl}

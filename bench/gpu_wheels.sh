@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The wheels bench/gpu_run.sh installs on a GPU machine that reaches no package registry
-# and already has Python 3.12 with a CUDA build of torch (and numpy, sacrebleu, PyYAML,
-# regex, sentencepiece): fairseq (ve-fairseq, cp312) and its pure-Python needs.
+# The wheels bench/gpu_run.sh installs on a GPU machine that reaches no package index but
+# has a CUDA build of torch with numpy, sacrebleu, PyYAML, regex and sentencepiece:
+# fairseq (ve-fairseq) and its pure-Python needs, for that machine's Python.
 #
 # usage: bench/gpu_wheels.sh [DIR]      (default .whl; run where pip reaches PyPI)
-#   env PYTHON   the pip to download with (default python3); any Python version works
+#   env PYVER    that machine's Python version (default 3.12; ve-fairseq has 3.11 and 3.12)
+#       PYTHON   the pip to download with (default python3); any Python version works
 set -euo pipefail
 DIR=${1:-.whl}
 PY=${PYTHON:-python3}
 mkdir -p "$DIR"
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-# compiled: built for CPython 3.12 on x86-64
-"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+# compiled: built for that CPython on x86-64
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "${PYVER:-3.12}" --implementation cp \
   "${PLATFORMS[@]}" -d "$DIR" ve-fairseq==0.12.3 bitarray==3.12.3
 # pure Python, versions as requirements.txt pins them
 "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$DIR" \

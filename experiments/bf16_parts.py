@@ -2,7 +2,7 @@
 
     python -m experiments.bf16_parts [--variants NAME ...] [--seeds 1 2] [--updates 500]
 
-Trains compare.py's ``global-forward-luong`` (the demo's settings, global attention,
+Trains compare_runs.py's ``global-forward-luong`` (the demo's settings, global attention,
 ``--precision bf16``) from a seed with some of its products kept in fp32, each run in a
 fresh process on one thread, and records the valid perplexity every
 ``--validate-every`` updates. A part kept in fp32 runs outside autocast on fp32
@@ -25,7 +25,7 @@ A variant names the parts it keeps in fp32 (VARIANTS); ``bf16`` keeps none (the
 demo) and ``fp32`` trains with ``--precision fp32``. Every patched run prints one
 marker per part, checked in its log. Each run x seed writes
 ``docs/experiments/bf16_parts/VARIANT.seedK.json`` when it finishes; one whose JSON
-has the same updates is skipped. compare.py renders them into docs/COMPARE.md.
+has the same updates is skipped. compare_page.py renders them into docs/COMPARE.md.
 """
 
 import argparse

@@ -132,7 +132,7 @@ def table_lines(checkpoints=(500, 1000, 2000)) -> list:
     lines = [
         "# Learning per update: ours against fairseq's `lstm`",
         "",
-        "Rendered by `python -m experiments.compare` from `docs/experiments/compare/*.json`.",
+        "Rendered by `python -m experiments.compare_page` from `docs/experiments/compare/*.json`.",
         "Every run trains the demo's recipe (1 x 256, 8K SentencePiece vocabulary, 2,000-token",
         "batches, dropout 0.2, Adam) for a fixed number of updates, ours in bf16 as the demo",
         "trains (fairseq's `lstm` in fp32: fairseq cannot train bf16 on a CPU); the cells give the valid",

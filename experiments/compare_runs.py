@@ -17,7 +17,7 @@ OPTIMISATION = [
 ]  # fmt: skip
 # demo.sh's TRAIN_ARGS without the budget, the save directory and the seed
 RECIPE = ["--source-lang", "es", "--target-lang", "en", *SIZES, *OPTIMISATION]
-# ours train in bf16 as the demo does (level with fp32 per update, docs/BUDGET.md);
+# ours train in bf16 as the demo does (the fp32 rows of COMPARE.md show what it changes);
 # fairseq's `lstm` cannot, and trains in fp32
 BF16 = ["--precision", "bf16"]
 GLOBAL = [

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from experiments import harness
 from experiments.compare_runs import OPTIMISATION, SIZES
+from luong_plugin.modules.precision import default_precision
 
 # name: (recipe that prepares it, data folder, source, target)
 CORPORA = {
@@ -34,19 +35,19 @@ CORPORA = {
         "fr",
     ),
 }
-OURS_BF16 = ["--precision", "bf16"]  # as make demo trains on a CPU with native bf16
+OURS_PRECISION = ["--precision", default_precision()]  # as make demo trains on this machine
 # name: (what it is, options after the languages and OPTIMISATION)
 RUNS = {
     "local-p": ("`luong_recommended`: make demo's local-p, D = 14, sigma 5",
-                ["--arch", "luong_recommended", *OURS_BF16]),
+                ["--arch", "luong_recommended", *OURS_PRECISION]),
     "local-p-d10": ("the same with the paper's D = 10 and sigma = D/2",
                     ["--arch", "luong_recommended", "--window-size", "10",
-                     "--position-sigma", "0", *OURS_BF16]),
+                     "--position-sigma", "0", *OURS_PRECISION]),
     "global": ("`luong_recommended_global`: global attention, otherwise the demo",
-               ["--arch", "luong_recommended_global", *OURS_BF16]),
+               ["--arch", "luong_recommended_global", *OURS_PRECISION]),
     "local-m": ("local-m, D = 14, otherwise the demo",
                 ["--arch", "luong_recommended_global", "--attention-window", "local-m",
-                 "--window-size", "14", *OURS_BF16]),
+                 "--window-size", "14", *OURS_PRECISION]),
     "lstm": ("fairseq's `lstm` at the same sizes, fp32",
              ["--arch", "lstm", "--decoder-attention", "True", *SIZES]),
 }  # fmt: skip
@@ -115,9 +116,10 @@ def render(path: str = PAGE) -> None:
         "Rendered by `python -m experiments.corpus_compare` from",
         "`docs/experiments/corpus_compare/CORPUS/*.json`. Each run trains the demo's sizes and",
         "optimisation (1 x 256, Adam 0.003 with betas (0.9, 0.98), 2,000-token batches, label",
-        "smoothing 0.1) for a fixed number of updates on one thread, two runs at a time; cells give",
-        "the valid perplexity as `mean (seed 1 / seed 2)`, lower is better. Runs of one corpus",
-        "compare per update only: they trained beside other work, so their speeds say nothing.",
+        "smoothing 0.1) for a fixed number of updates (each JSON has its threads and how many",
+        "runs trained at once); cells give the valid perplexity as `mean (seed 1 / seed 2)`, lower",
+        "is better. Runs compare per update only: they trained beside other work, so their speeds",
+        "say nothing.",
         "How each corpus is built and its lengths: its recipe's README.",
     ]
     for corpus, (recipe, *_) in CORPORA.items():

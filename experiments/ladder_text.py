@@ -50,17 +50,24 @@ def sitting_text(results):
         return "**Sitting.** Each row and seed records its commit and finish time when it has run."
     by_commit = {}
     for r in results.values():
-        by_commit.setdefault(r["commit"], []).append(r["finished"][:16])
+        by_commit.setdefault(r.get("commit") or "not recorded", []).append(
+            (r.get("finished") or "not recorded")[:16]
+        )
     runs = "; ".join(
         f"at commit {commit}, {len(times)} of them finished "
         + (f"{min(times)} to {max(times)[11:]}" if min(times) != max(times) else min(times))
         for commit, times in sorted(by_commit.items(), key=lambda kv: min(kv[1]))
     )
-    threads = " or ".join(str(t) for t in sorted({r["threads"] for r in results.values()}))
-    jobs = " or ".join(str(j) for j in sorted({r["jobs_at_once"] for r in results.values()}))
+
+    def kinds(key):
+        return " or ".join(str(v) for v in sorted({r[key] for r in results.values() if key in r}))
+
+    machines = kinds("machine")
+    where = f"on {machines}" if machines else "on one machine (the files do not name it)"
     return (
-        "**Sitting.** Each row × seed file records its commit and when it finished, not the "
-        f"machine: {runs}; {threads} thread per run, {jobs} runs at a time on one machine."
+        "**Sitting.** Each row × seed file records its commit and when it finished: "
+        f"{runs}; {kinds('threads') or '?'} thread per run, {kinds('jobs_at_once') or '?'} "
+        f"runs at a time, {where}."
     )
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from experiments import harness
 from experiments.harness import REPO, VALID, describe_commit, read_json, write_json
 from experiments.ladder_rows import DICTIONARY_OF, ENSEMBLE, MEMBERS, ROWS, UNK_ROWS
 from luong_plugin.corpora import bible_words, wmt_run
@@ -28,16 +29,13 @@ EPOCH = re.compile(r"epoch \d+:\s+\d+ / (\d+) ")
 
 
 def resolve_precision(precision: str) -> str:
-    """``auto``: bf16 where the device has it in hardware (as demo.sh picks), else fp32."""
+    """``auto``: as make demo picks (``default_precision``: bf16 on a CPU with native
+    bf16, fp32 on a GPU and elsewhere)."""
     if precision != "auto":
         return precision
-    import torch
+    from luong_plugin.modules.precision import default_precision
 
-    from luong_plugin.modules.precision import cpu_has_native_bf16
-
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
+    return default_precision()
 
 
 def sizes(arch: str, dim: int):
@@ -256,6 +254,7 @@ class Runner:
                      ("vocab", "max_len", "train_pairs", "train_kept", "test_unk_rate")},
             "threads": self.args.threads,
             "jobs_at_once": self.args.jobs,
+            "machine": harness.machine(),
         }  # fmt: skip
 
     def row(self, name, seed, opts):

@@ -2,7 +2,7 @@
 
     python -m experiments.trajectory [--updates 300] [--models global local-p]
 
-Trains the demo's model (compare.py's ``global-forward-luong`` and
+Trains the demo's model (compare_runs.py's ``global-forward-luong`` and
 ``local-p-forward-renorm``, in fp32) for ``--updates`` updates from one seed in
 four ways, each in a fresh process on one thread, and compares their training
 loss, logged every ``--log-every`` updates, with the ``fast`` run's:
@@ -20,7 +20,7 @@ The two paths compute the same function and draw the dropout masks in the same
 order (tests/test_fast_paths.py), so ``plain`` and ``fused`` differ from ``fast``
 by rounding only, and rounding differences grow as training goes on. They
 change the trajectory beyond rounding only if they part from ``fast`` by more
-than the ``ulp`` runs do. Writes ``docs/experiments/trajectory/fast_and_plain.json``; compare.py
+than the ``ulp`` runs do. Writes ``docs/experiments/trajectory/fast_and_plain.json``; compare_page.py
 renders it into docs/COMPARE.md. Each model's runs are written as they finish; a
 second call with the same settings and commit trains only the models still missing.
 """

@@ -253,8 +253,8 @@ def test_demo_sh_takes_the_measured_default_precision():
     [(True, True, "fp32"), (True, False, "fp32"), (False, True, "bf16"), (False, False, "fp32")],
 )
 def test_default_precision_by_device(monkeypatch, cuda, native, expected):
-    """bf16 on a CPU with native bf16 only: on a GPU bf16 autocast has run slower than
-    fp32 (docs/SPEED.md)."""
+    """bf16 on a CPU with native bf16 only (make bench measures it faster there); fp32
+    on a GPU until bench/gpu.py has measured the precisions there."""
     from luong_plugin.modules import precision
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)

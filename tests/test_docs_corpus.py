@@ -452,7 +452,7 @@ def test_packages_unpack_english_and_french_only():
     for package, found in patterns.items():
         for pattern in found:
             assert pattern.startswith("./usr/")
-            assert not re.search(r"/de([-_][A-Z]{2})?/", pattern)  # German is held back
+            assert not re.search(r"/de([-_][A-Z]{2})?/", pattern)  # English and French only
             assert pattern.count("*") <= 1
 
 

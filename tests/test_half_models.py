@@ -167,12 +167,28 @@ def test_amp_autocast_trains_close_to_fp32(options, device):
 
 @pytest.mark.skipif(not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16")
 @pytest.mark.parametrize("arch", ["luong_tiny", "bahdanau_tiny"])
-def test_precision_bf16_and_half_weights_refused(arch):
-    model = build(arch, precision="bf16").half()
+def test_precision_bf16_and_half_weights_refused_in_training(arch):
+    model = build(arch, precision="bf16").half().train()
     src, lengths, prev = batch(model, torch.device("cpu"))
     message = r"--fp16 made the model's weights torch.float16.*--precision bf16.*choose one"
     with pytest.raises(OptionError, match=message):
         model(src, lengths, prev)
+
+
+@pytest.mark.skipif(not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16")
+@pytest.mark.parametrize("arch", ["luong_tiny", "bahdanau_tiny"])
+def test_a_bf16_checkpoint_decodes_with_fp16(arch):
+    """fairseq-generate --fp16 on a model trained with --precision bf16: the half
+    weights, fairseq's flag given last, decide; the logits are the fp16 model's."""
+    trained = build(arch, precision="bf16")
+    plain = build(arch)
+    plain.load_state_dict(trained.state_dict())
+    src, lengths, prev = batch(trained, torch.device("cpu"))
+    with torch.no_grad():
+        logits, _ = trained.half()(src, lengths, prev)
+        expected, _ = plain.half()(src, lengths, prev)
+    assert logits.dtype == torch.float16
+    torch.testing.assert_close(logits, expected)
 
 
 # -- through fairseq's entry points ------------------------------------------------------

@@ -11,16 +11,29 @@ import torch
 from conftest import VARIANTS, batch, build
 from torch.utils._python_dispatch import TorchDispatchMode
 
-SYNCING = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "item"}
+# ops whose output's size or value must reach the host before the next op can be queued
+SYNCING = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "item", "masked_select",
+           "repeat_interleave", "unique", "_unique2", "unique_consecutive"}  # fmt: skip
+
+
+def _bool_index(func, args) -> bool:
+    """x[mask]: aten.index with a boolean index, which runs nonzero inside its kernel."""
+    if func.overloadpacket.__name__ not in ("index", "index_put", "index_put_"):
+        return False
+    indices = args[1] if len(args) > 1 else ()
+    return any(i is not None and i.dtype == torch.bool for i in indices)
 
 
 class CountSyncs(TorchDispatchMode):
+    """Counts the ops that read a value back; ``.cpu()`` and ``.tolist()`` of a CPU tensor
+    dispatch nothing, so the model's code is also checked for them by name below."""
+
     def __init__(self):
         super().__init__()
         self.count = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ in SYNCING:
+        if func.overloadpacket.__name__ in SYNCING or _bool_index(func, args):
             self.count += 1
         return func(*args, **(kwargs or {}))
 
@@ -63,10 +76,32 @@ def test_decoding_reads_nothing_back_per_step(options):
 
 
 def test_the_count_sees_a_read_back():
-    """The check itself: a loop that reads a value back each step is caught."""
-    with CountSyncs() as counter:
-        x = torch.ones(3)
-        for _ in range(4):
-            x = x * 2
-            float(x.sum())
-    assert counter.count == 4
+    """The check itself: a loop that reads a value back each step is caught, through
+    .item()/float(), a boolean index, masked_select and repeat_interleave."""
+    x = torch.arange(6.0)
+    reads = [lambda: float(x.sum()), lambda: x[x > 2], lambda: x.masked_select(x > 2),
+             lambda: x.repeat_interleave(torch.ones(6, dtype=torch.long))]  # fmt: skip
+    for read in reads:
+        with CountSyncs() as counter:
+            for _ in range(4):
+                read()
+        assert counter.count >= 4
+
+
+STEP_LOOP_FILES = ("luong_loop.py", "luong_decoder.py", "bahdanau_decoder.py", "gru.py",
+                   "windows.py", "attention.py", "scores.py", "loop_weight.py")  # fmt: skip
+
+
+def test_the_step_modules_copy_nothing_to_the_host():
+    """.cpu(), .tolist(), .numpy() copy to the host and dispatch nothing on a CPU tensor:
+    the modules the step loop runs hold none of them."""
+    import os
+
+    import luong_plugin.modules as modules
+
+    folder = os.path.dirname(modules.__file__)
+    for name in STEP_LOOP_FILES:
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            code = f.read()
+        for call in (".cpu()", ".tolist()", ".numpy()", ".item()"):
+            assert call not in code, f"{name} calls {call}"

@@ -77,10 +77,10 @@ def require_support(dtype: Optional[torch.dtype], device: torch.device) -> None:
 
 
 def default_precision() -> str:
-    """The ``--precision`` the recipes train with on this machine, chosen by measurement
-    (docs/SPEED.md): bf16 on a CPU with native bf16 instructions, where it trains
-    faster than fp32 (``make bench``); fp32 on a GPU, where the products are fast
-    anyway and bf16 autocast has run slower than fp32 so far; fp32 elsewhere."""
+    """The ``--precision`` make demo and recipes/own_text train with on this machine:
+    bf16 on a CPU with native bf16 instructions, where ``make bench`` measures it faster
+    than fp32 (docs/BENCHMARKS.md); fp32 on a GPU, where no precision has been measured
+    yet (bench/gpu.py measures them); fp32 elsewhere."""
     if torch.cuda.is_available():
         return "fp32"
     return "bf16" if cpu_has_native_bf16() else "fp32"
@@ -114,7 +114,9 @@ def run_dtype(module) -> Optional[torch.dtype]:
     weight_dtype = module.embed_tokens.weight.dtype
     if weight_dtype not in HALF_DTYPES:
         return module.compute_dtype
-    if module.compute_dtype not in (None, weight_dtype):
+    if module.training and module.compute_dtype not in (None, weight_dtype):
+        # in training both were asked for: say so; in decoding fairseq-generate's flag,
+        # given last, wins over the precision a checkpoint was trained in
         raise OptionError(
             f"{FAIRSEQ_FLAG[weight_dtype]} made the model's weights {weight_dtype} but the "
             f"model was built with --precision bf16 ({module.compute_dtype}): choose one, "

@@ -155,7 +155,8 @@ mkdir -p "$RAW"
 record "$RAW/.params" "seed=$SEED max_train=$MAX_TRAIN valid=$VALID test=$TEST min_words=$MIN_WORDS sources=$SOURCES"
 raw_outputs=("$RAW/stats.json")
 for s in "${SPLITS[@]}"; do raw_outputs+=("$RAW/$s.en" "$RAW/$s.fr" "$RAW/refs.$s"); done
-if stale "${raw_outputs[@]}" -- "$CORPORA/debian_docs.py" "$CORPORA/mo.py" "$RAW/.params" \
+if stale "${raw_outputs[@]}" -- "$CORPORA/debian_docs.py" "$CORPORA/help_pages.py" \
+  "$CORPORA/mo.py" "$CORPORA/lengths.py" "$RAW/.params" \
   "${stamps[@]}"; then
   echo "[extract] $RAW"
   rm -rf "$RAW.tmp"
