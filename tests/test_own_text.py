@@ -395,3 +395,19 @@ def test_run_sh_on_a_bible_slice_end_to_end_then_again(bible, tmp_path):
         assert f"[{step}] done, skipped" in again.stdout
     assert checkpoint.stat().st_mtime_ns == stamp
     assert again.stdout.endswith(summary)
+
+
+def test_make_own_is_run_sh_with_the_readmes_arguments(tmp_path):
+    """README's third command, `make own SRC= TGT= OUT= [ARGS=]`, runs this recipe: here
+    with --dry-run, through make itself; without its variables it says how to call it."""
+    src, tgt = pair(tmp_path)
+    out = tmp_path / "out"
+    run = subprocess.run(
+        ["make", "-s", "own", f"SRC={src}", f"TGT={tgt}", f"OUT={out}", "ARGS=--dry-run"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert any(line.startswith("fairseq-train ") for line in run.stdout.splitlines())
+    assert not out.exists()
+    bare = subprocess.run(["make", "-s", "own"], cwd=REPO, capture_output=True, text=True)
+    assert bare.returncode != 0 and "usage: make own SRC=FILE TGT=FILE OUT=DIR" in bare.stderr
