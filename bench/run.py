@@ -1,6 +1,6 @@
 """Benchmarks of luong_plugin against fairseq's own ``lstm``, in one process.
 
-    python bench/run.py                 # the full run (~10 min on 2 cores), writes docs/BENCHMARKS.md
+    python bench/run.py                 # the full run, writes docs/BENCHMARKS.md
     python bench/run.py --quick --out /tmp/b.md --data DIR   # a smoke test (seconds)
 
 Measures, with every system interleaved round by round on the same batches:

@@ -14,9 +14,8 @@ languages"), ``fairseq-preprocess`` with those dictionaries, and the test set ke
 text in ``bin-raw/`` for ``--replace-unk``. Valid and test are never filtered.
 
 K = 5000 (``VOCAB``): ``unk-rates`` measures, for each K, the share of test tokens that
-become ``<unk>`` on each side; at 5000 the English (target) side has 2.5%, the side unk
-replacement repairs, and the Spanish side 7.1% (Spanish has 2.2x the word types of
-English in the same verses); both sides together 4.7%.
+become ``<unk>`` on each side (docs/RESULTS.md gives the rates at each K; the target side
+is the one unk replacement repairs).
 
 ``prepare`` rebuilds nothing when ``OUT/prepare.json`` is newer than the raw files and
 names the same raw directory, K and length limit, so the ladder calls it every time.

@@ -379,7 +379,7 @@ ATTENTIONAL = dict(WMT)  # reverse + dropout + input feeding (Table 4)
 
 # The settings `make demo` trains with, one name for a user's own data (recipes/own_text):
 # the paper's best system (local-p, general, input feeding, dropout) at 1 x 256 with the
-# departures measured in docs/LOCAL_P.md and docs/COMPARE.md: the source read forward,
+# departures docs/DEMO.md lists with their evidence: the source read forward,
 # local-p's window renormalised with its logit bounded, D = 14 pieces with sigma 5, a
 # forget-gate bias of 1, shared target embeddings. Optimisation and precision are the
 # trainer's: configs/luong_recommended.yaml has the demo's, `default_precision` the

@@ -20,9 +20,8 @@ step) every path's backward costs O(S) per step (the gradient of the sliced or
 gathered keys and values is a B x S x E buffer per step, zero-filled and added
 up), so it takes the masked path while the source is shorter than
 ``TRAIN_GATHER_FROM`` windows and the gathered one beyond, never the sliced one
-(docs/BENCHMARKS.md, "Attention in training against the source length": at
-D = 10 the masked path is the cheapest at S = 44, level at 100, and the
-gathered one 0.79x of it at 200, 0.64x at 400).
+(docs/BENCHMARKS.md, "Attention in training against the source length", times
+the paths against S).
 Each path can be called directly. Either way the returned map covers the
 whole source, B x T x S.
 

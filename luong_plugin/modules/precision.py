@@ -20,8 +20,8 @@ accumulation, while these stay fp32:
 - local-p's p_t (eq. 9) and local-m's centre, which index positions up to S:
   bf16's 8-bit mantissa would move them by several positions beyond 256;
 - the attention of one decoding step (T = 1 in the per-step loop), whose
-  B x 1 x S products are too small for bf16 to pay (measured slower than fp32:
-  docs/SPEED.md, "Mixed precision"), so it runs in fp32 when the encoder's
+  B x 1 x S products are too small for bf16 to pay (docs/SPEED.md, "Mixed
+  precision"), so it runs in fp32 when the encoder's
   outputs are fp32 (``step_attention_precision``).
 
 The recurrent weights of the per-step loop are cast to bf16 once per call, not

@@ -67,9 +67,8 @@ EXPLORE=${EXPLORE:-1}
 # feeding, dropout) scaled to 2 CPU cores: 1 x 256 LSTMs instead of 4 x 1000, 8K
 # joint SentencePiece vocabulary, D = 14 pieces, Adam instead of plain SGD (a
 # 15-minute budget cannot afford 10 epochs of SGD), batches of 2000 tokens and
-# Adam's beta2 = 0.98 (more, and more useful, updates in 15 minutes than 4000 tokens
-# and 0.999). Where this departs from the paper (each measured in docs/LOCAL_P.md,
-# docs/COMPARE.md and docs/BUDGET.md, with the runs' data; the reasons: docs/DEMO.md):
+# Adam's beta2 = 0.98. Where this departs from the paper (docs/DEMO.md: why each, and
+# which page holds the evidence):
 # - the source is read forward, not reversed;
 # - --renormalize-window: eq. (10)'s Gaussian times the softmax, renormalised;
 # - --position-logit-bound 4 keeps eq. (9)'s sigmoid out of saturation under Adam;
