@@ -34,6 +34,23 @@ USER_DIR = os.path.join(REPO, "luong_plugin")
 MODELS = {"local-p": "luong_recommended", "global": "luong_recommended_global"}
 
 
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), with its bf16 instruction flags."""
+    name, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not name:
+                    name = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    bf16 = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    return f"{name or 'unknown CPU'} ({', '.join(bf16) or 'no bf16 instructions'})"
+
+
 def languages(data: str):
     """(source, target) of a binarised corpus, from its ``train.SRC-TGT.SRC.idx``."""
     for name in sorted(os.listdir(data)):
@@ -168,7 +185,12 @@ def main(argv=None):
         )
     print("\n".join(lines))
     if args.out:
-        meta = {"precision": precision, "threads": args.threads, "rounds": args.rounds,
+        import subprocess
+
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+        meta = {"commit": head, "cpu": cpu_name(),
+                "precision": precision, "threads": args.threads, "rounds": args.rounds,
                 "tokens": args.tokens, "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started))}  # fmt: skip
         with open(args.out, "w") as f:
             json.dump({**meta, "rows": rows}, f, indent=1)

@@ -156,6 +156,9 @@ def test_demo_sh_refuses_a_value_that_is_not_a_decimal_number(variable, value, m
 
 
 def demo_commands(**env):
+    """demo.sh's two commands for ``env``; PRECISION defaults to fp32 here, so that
+    demo.sh need not start Python to ask default_precision (tested on its own below)."""
+    env = {"PRECISION": "fp32", **env}
     run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, DRY_RUN="1", **env),
                          capture_output=True, text=True, check=True)  # fmt: skip
     train, generate = run.stdout.splitlines()

@@ -195,7 +195,6 @@ def test_a_bf16_checkpoint_decodes_with_fp16(arch):
 E2E = {  # the CLI's plumbing; every model's half forward and backward are tested above
     "local-p": ("--arch", "luong_tiny", "--attention-window", "local-p",
                 "--criterion", "fused_label_smoothed_cross_entropy"),
-    "rnnsearch": ("--arch", "bahdanau_tiny"),
 }  # fmt: skip
 
 
@@ -210,8 +209,6 @@ def test_memory_efficient_fp16_trains_and_fp16_decodes(bible, tmp_path, model):
     path = tmp_path / "checkpoint_last.pt"
     out = generate(bible / "bin", path, "--fp16", "--cpu")
     assert len(parse(out, "H")) == 29
-    if model != "local-p":
-        return  # fairseq-interactive builds the model as fairseq-generate does: once is enough
     lines = (bible / "spm" / "test.es").read_text().splitlines()[:2]
     out = fairseq(
         "fairseq-interactive", bible / "bin", "--user-dir", USER_DIR, "--path", path,
