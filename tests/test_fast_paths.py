@@ -17,10 +17,15 @@ test_local_attention_paths.py.
 
 import pytest
 import torch
-from conftest import build, random_batch, random_prev_output, spread_parameters
+from conftest import (
+    assert_fast_loop_equals_the_paper_loop,
+    build,
+    random_batch,
+    random_prev_output,
+    spread_parameters,
+)
 
-from luong_plugin.modules import attention as attention_module
-from luong_plugin.modules.luong_loop import per_step_features, run
+from luong_plugin.modules.luong_loop import per_step_features
 from luong_plugin.modules.scores import SCORES as SCORE_NAMES
 from luong_plugin.modules.windows import WINDOWS as WINDOW_NAMES
 
@@ -86,35 +91,8 @@ def test_fast_loop_equals_the_paper_loop(window, score, placement, layers, src_l
         "luong_tiny", attention_window=window, attention_score=score, input_feeding=True,
         dropout=0.3, dropout_placement=placement, encoder_layers=layers, decoder_layers=layers,
     )  # fmt: skip
-    model = spread_parameters(model).double().train()
-    decoder = model.decoder
-    src, lengths = random_batch(model.encoder.dictionary, src_lengths)
-    if src_lengths is LONG:  # training takes the gathered path: check it does
-        assert src.size(1) >= attention_module.TRAIN_GATHER_FROM * decoder.attention.window.width
-    prev = random_prev_output(decoder.dictionary, 3, 8)
-    results = []
-    for loop in (run, lambda dec, *args: dec.paper_loop(*args)):
-        model.zero_grad()
-        torch.manual_seed(3)  # the same dropout masks: both loops draw them in one order
-        encoder_out = model.encoder(src, lengths)
-        x = decoder.dropout(decoder.embed_tokens(prev))
-        out = loop(decoder, x, decoder.initial_state(encoder_out), encoder_out, torch.arange(8))
-        loss = decoder.output_layer(out.attn_vec).pow(2).mean() + out.cell.sum() + out.hidden.sum()
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        results.append((out, grads))
-    (fast, fast_grads), (paper, paper_grads) = results
-    for field in fast._fields:
-        a, b = getattr(fast, field), getattr(paper, field)
-        if b is None:
-            assert a is None, field
-        else:
-            torch.testing.assert_close(a, b, atol=1e-12, rtol=0, msg=field)
-    assert fast_grads.keys() == paper_grads.keys()
+    paper_grads = assert_fast_loop_equals_the_paper_loop(model, src_lengths, src_lengths is LONG)
     assert len(paper_grads) == len([p for p in model.parameters() if p.requires_grad])
-    for name in paper_grads:
-        torch.testing.assert_close(fast_grads[name], paper_grads[name], atol=1e-10, rtol=1e-10,
-                                   msg=name)  # fmt: skip
 
 
 # -- local-p's position network in the training loop: one node == the plain path -----
