@@ -88,8 +88,10 @@ def make_data(out, vocab, n_train, n_test, python, workers):
     again unless an earlier run made them with the same sizes."""
     raw, bin_dir = os.path.join(out, "raw"), os.path.join(out, "bin")
     stamp, params = os.path.join(out, "params.json"), [vocab, n_train, n_test]
-    if os.path.exists(stamp) and json.load(open(stamp)) == params:
-        return bin_dir
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == params:
+                return bin_dir
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(raw)
     for s, (split, n) in enumerate((("train", n_train), ("valid", n_test), ("test", n_test))):

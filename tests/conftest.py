@@ -182,6 +182,27 @@ def assert_fast_loop_equals_the_paper_loop(model, src_lengths, gathered=False, s
     return paper_grads
 
 
+def position_steps(window, queries, lengths, weights, looped):
+    """Local-p's eq. (9) and eq. (10)'s prior step by step over ``queries`` (B x T x H),
+    as the decoder's training loop runs them (``looped``: ``window.loop_weights``, one
+    autograd node per step) or through the plain modules, then a loss of either sign per
+    element (``weights``, B x T x S) backward. Returns p_t (B x T), the prior
+    (B x T x S) and the gradients of the query and of each window parameter."""
+    window.zero_grad()
+    query = queries.clone().requires_grad_()
+    loop = window.loop_weights(queries.dtype) if looped else None
+    positions = torch.arange(weights.size(-1))  # S
+    p_ts, priors = [], []
+    for t in range(queries.size(1)):
+        p_t, _ = window.centre(query[:, t : t + 1], torch.arange(t, t + 1), lengths, loop)
+        priors.append(window.prior(p_t, positions))
+        p_ts.append(p_t)
+    p_t, prior = torch.cat(p_ts, 1), torch.cat(priors, 1)  # B x T, B x T x S
+    ((weights * prior).sum() + p_t.sum()).backward()
+    grads = [query.grad] + [param.grad.clone() for param in window.parameters()]
+    return p_t.detach(), prior.detach(), grads
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

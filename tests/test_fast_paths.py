@@ -20,6 +20,7 @@ import torch
 from conftest import (
     assert_fast_loop_equals_the_paper_loop,
     build,
+    position_steps,
     random_batch,
     random_prev_output,
     spread_parameters,
@@ -117,25 +118,10 @@ def test_position_step_equals_the_plain_path(detach, bound, scale, renormalize):
         window.v_p.weight.mul_(8 / scale)  # logits on both sides of ±bound
     queries = torch.randn(B, T, H, dtype=torch.float64)
     lengths = torch.tensor([12, 9, 5, 7])
-    positions = torch.arange(S)
     weights = torch.randn(B, T, S, dtype=torch.float64)  # a loss of either sign per element
 
-    def run(looped):
-        window.zero_grad()
-        query = queries.clone().requires_grad_()
-        loop = window.loop_weights(torch.float64) if looped else None
-        p_ts, priors = [], []
-        for t in range(T):
-            step = torch.arange(t, t + 1)
-            p_t, mid = window.centre(query[:, t : t + 1], step, lengths, loop)
-            priors.append(window.prior(p_t, positions))
-            p_ts.append(p_t)
-        p_t, prior = torch.cat(p_ts, 1), torch.cat(priors, 1)  # B x T, B x T x S
-        ((weights * prior).sum() + p_t.sum()).backward()
-        grads = [query.grad] + [param.grad.clone() for param in window.parameters()]
-        return p_t.detach(), prior.detach(), grads
-
-    plain, looped = run(False), run(True)
+    plain, looped = [position_steps(window, queries, lengths, weights, looped)
+                     for looped in (False, True)]  # fmt: skip
     torch.testing.assert_close(looped[0], plain[0], atol=1e-12, rtol=0)
     torch.testing.assert_close(looped[1], plain[1], atol=1e-12, rtol=0)
     if detach:

@@ -25,6 +25,7 @@ from conftest import (
     assert_fast_loop_equals_the_paper_loop,
     build,
     parse_training_args,
+    position_steps,
     random_batch,
     random_prev_output,
     spread_parameters,
@@ -176,24 +177,10 @@ def test_position_step_equals_the_plain_path(scale, bound):
         window.v_p.weight.mul_(8)  # logits on both sides of ±bound
     queries = torch.randn(B, T, H, dtype=torch.float64)
     lengths = torch.tensor([12, 9, 1, 7])  # S_b = 1: S = 0 under luong-code
-    positions = torch.arange(S)
     weights = torch.randn(B, T, S, dtype=torch.float64)
 
-    def go(looped):
-        window.zero_grad()
-        query = queries.clone().requires_grad_()
-        loop = window.loop_weights(torch.float64) if looped else None
-        p_ts, priors = [], []
-        for t in range(T):
-            p_t, _ = window.centre(query[:, t : t + 1], torch.arange(t, t + 1), lengths, loop)
-            priors.append(window.prior(p_t, positions))
-            p_ts.append(p_t)
-        p_t, prior = torch.cat(p_ts, 1), torch.cat(priors, 1)  # B x T, B x T x S
-        ((weights * prior).sum() + p_t.sum()).backward()
-        grads = [query.grad] + [param.grad.clone() for param in window.parameters()]
-        return p_t.detach(), prior.detach(), grads
-
-    plain, looped = go(False), go(True)
+    plain, looped = [position_steps(window, queries, lengths, weights, looped)
+                     for looped in (False, True)]  # fmt: skip
     torch.testing.assert_close(looped[0], plain[0], atol=1e-12, rtol=0)
     torch.testing.assert_close(looped[1], plain[1], atol=1e-12, rtol=0)
     for got, want in zip(looped[2], plain[2]):
