@@ -1,0 +1,113 @@
+"""experiments/corpus_budget.py: the page rendered from hand-made results, which runs
+count as done, and the options it refuses. No training."""
+
+import json
+
+import pytest
+
+from experiments import corpus_budget
+from experiments.corpus_compare import RUNS
+
+
+def result(name, seed, corpus="bible_es_en", minutes=7.0, **scores):
+    r = {
+        "name": name, "what": RUNS[name][0], "corpus": corpus, "seed": seed,
+        "minutes": minutes, "threads": 1, "jobs_at_once": 2, "options": RUNS[name][1],
+        "updates": 3000, "wall_s": 420, "best_valid_ppl": 9.5, "valid_ppl": {"560": 20.0},
+        "bleu": 30.0, "chrf": 50.0, "bleu_signature": "nrefs:1|tok:13a",
+        "chrf_signature": "nrefs:1|nc:6", "started": "2026-11-27 10:00", "commit": "abc1234",
+        "machine": "AMD EPYC, 2 cores",
+    }  # fmt: skip
+    return {**r, **scores}
+
+
+def save(root, r):
+    path = root / r["corpus"] / f"{r['name']}.seed{r['seed']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(r))
+
+
+def row(text, name):
+    return next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
+
+
+def test_the_page_shows_each_corpus_table_from_its_results(tmp_path):
+    save(tmp_path, result("local-p", 1, bleu=30.0, updates=3000))
+    save(tmp_path, result("local-p", 2, bleu=32.0, updates=3100))
+    save(tmp_path, result("lstm", 2, bleu=28.5, chrf=49.25, best_valid_ppl=10.125))
+    page = tmp_path / "PAGE.md"
+    corpus_budget.render(str(page), str(tmp_path))
+    text = page.read_text()
+    assert text.startswith("# make demo's choices at equal time on two corpora\n")
+    assert "## `bible_es_en` (`recipes/bible_es_en/prepare.sh --out data/bible_es_en`)" in text
+    assert "`docs_en_fr_long`" not in text  # no results, no section
+    assert "| run | what | updates | best valid ppl | sacreBLEU | chrF2 |" in text
+    assert "31.00 (30.00 / 32.00)" in row(text, "local-p")
+    assert "3050 (3000 / 3100)" in row(text, "local-p")
+    lstm = row(text, "lstm").split(" | ")
+    assert lstm[2:] == ["3000 (seed 2)", "10.12 (seed 2)", "28.50 (seed 2)", "49.25 (seed 2) |"]
+    assert "| `global` |" not in text
+    assert (
+        "Not run yet: `local-p-d10` seed 1, `global` seed 1, `local-m` seed 1, `lstm` seed 1, "
+        "`local-p-d10` seed 2, `global` seed 2, `local-m` seed 2." in text
+    )
+    assert "Signatures: `nrefs:1|tok:13a` (BLEU), `nrefs:1|nc:6` (chrF2)." in text
+    assert "Sitting: 2026-11-27, commit abc1234, AMD EPYC, 2 cores." in text
+    paragraph = " ".join(text.split("\n\n")[1].split())
+    assert "(7 minutes of training, 1 thread(s) a run, 2 run(s) at once)" in paragraph
+
+
+def test_a_finished_run_is_done_only_for_its_options_and_minutes(tmp_path):
+    root = str(tmp_path)
+    assert not corpus_budget.done("bible_es_en", "global", 1, 7.0, root)
+    save(tmp_path, result("global", 1))
+    assert corpus_budget.done("bible_es_en", "global", 1, 7.0, root)
+    assert not corpus_budget.done("bible_es_en", "global", 2, 7.0, root)
+    assert not corpus_budget.done("docs_en_fr_long", "global", 1, 7.0, root)
+    assert not corpus_budget.done("bible_es_en", "global", 1, 5.0, root)
+    save(tmp_path, result("global", 1, options=RUNS["global"][1] + ["--dropout", "0.3"]))
+    assert not corpus_budget.done("bible_es_en", "global", 1, 7.0, root)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--minutes", "0"], "--minutes must be > 0, got 0.0"),
+        (["--minutes", "nan"], "--minutes must be > 0"),
+        (["--runs", "global", "local_p"], "argument --runs: invalid choice: 'local_p'"),
+        (["--corpora", "wmt"], "argument --corpora: invalid choice: 'wmt' (choose from"),
+        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--threads", "0"], "--threads must be >= 1, got 0"),
+        (["--seeds", "1", "1"], "--seeds 1 1: each once"),
+        (["--runs", "lstm", "lstm"], "--runs lstm lstm: each once"),
+    ],
+)  # fmt: skip
+def test_bad_options_name_the_option_and_the_allowed_values(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        corpus_budget.parse_args(["--render-only", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    if "--runs: invalid choice" in message:
+        assert all(f"'{name}'" in err for name in RUNS)
+
+
+def test_a_corpus_not_prepared_names_its_recipe(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(corpus_budget.harness, "REPO", str(tmp_path))
+    with pytest.raises(SystemExit) as exit_:
+        corpus_budget.parse_args(["--corpora", "docs_en_fr_long"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--corpora docs_en_fr_long: no data/docs_en_fr_long/bin" in err
+    assert "recipes/docs_en_fr/prepare.sh --min-words 10 --out data/docs_en_fr_long" in err
+
+
+def test_a_failed_step_names_the_run_its_exit_code_and_its_log(monkeypatch, tmp_path):
+    monkeypatch.setattr(corpus_budget, "RUN_DIRS", str(tmp_path / "runs"))
+    monkeypatch.setattr(corpus_budget.subprocess, "call", lambda *a, **k: 3)
+    args = corpus_budget.parse_args(["--render-only", "--results", str(tmp_path / "results")])
+    with pytest.raises(RuntimeError) as error:
+        corpus_budget.train("bible_es_en", "lstm", 2, args)
+    log = tmp_path / "runs" / "bible_es_en" / "lstm.seed2" / "train.log"
+    assert str(error.value) == f"bible_es_en lstm seed 2: fairseq-train failed (exit 3): see {log}"
+    assert not (tmp_path / "results").exists()
