@@ -52,8 +52,8 @@ def _training_syncs(model, target_len):
     return counter.count
 
 
-def _decoding_syncs(model, target_len):
-    src, lengths, prev = batch(model, torch.device("cpu"), target_len=target_len)
+def _decoding_syncs(model, target_len, lengths=(9, 4, 7)):
+    src, lengths, prev = batch(model, torch.device("cpu"), lengths, target_len=target_len)
     model.eval()
     with torch.no_grad(), CountSyncs() as counter:
         encoder_out = model.encoder(src, lengths)
@@ -73,6 +73,25 @@ def test_training_step_loop_reads_nothing_back_per_step(options):
 def test_decoding_reads_nothing_back_per_step(options):
     model = _model(options)
     assert _decoding_syncs(model, 3) == _decoding_syncs(model, 11)
+
+
+@pytest.mark.parametrize("window", ["local-m", "local-p"])
+def test_decoding_long_sources_off_the_cpu_reads_nothing_back_per_step(window, monkeypatch):
+    """Sources of several windows, where decoding on the CPU takes the sliced path, whose
+    bounds are read back each step; off the CPU (``reads_back_freely`` False, as on a
+    GPU) it gathers instead, and reads nothing back per step."""
+    from luong_plugin.modules import attention
+
+    model = _model(dict(attention_window=window, attention_score="general"))
+    lengths = (
+        4 * model.decoder.attention.window.width,
+        9,
+        3 * model.decoder.attention.window.width,
+    )
+    cpu = [_decoding_syncs(model, n, lengths) for n in (3, 11)]
+    assert cpu[0] < cpu[1]  # the CPU slices, reading its bounds back: the count sees it
+    monkeypatch.setattr(attention, "reads_back_freely", lambda device: False)
+    assert _decoding_syncs(model, 3, lengths) == _decoding_syncs(model, 11, lengths)
 
 
 def test_the_count_sees_a_read_back():

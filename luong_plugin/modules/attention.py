@@ -15,7 +15,10 @@ Three implementations of the same weights (windows.py):
   step costs O(D) rather than O(S) wherever the windows lie.
 ``forward`` takes the masked path while the source is shorter than
 ``GATHER_FROM`` windows; beyond, the sliced path while the slice is shorter
-than that, and the gathered path otherwise. In training (autograd recording a
+than that, and the gathered path otherwise. The slice's bounds are values read
+back to the host, which is free on the CPU but stalls a GPU's step loop at every
+step until the device catches up (``reads_back_freely``): off the CPU, decoding
+takes the gathered path wherever the CPU would slice. In training (autograd recording a
 step) every path's backward costs O(S) per step (the gradient of the sliced or
 gathered keys and values is a B x S x E buffer per step, zero-filled and added
 up), so it takes the masked path while the source is shorter than
@@ -45,6 +48,13 @@ from .windows import PositionWeights, build_window
 GATHER_FROM = 2
 # in training: the masked path below this many windows of source, the gathered one beyond
 TRAIN_GATHER_FROM = 8
+
+
+def reads_back_freely(device: torch.device) -> bool:
+    """Whether a value read back to the host (the sliced path's bounds) costs nothing
+    on ``device``: on the CPU it does not; on a GPU it waits for every queued kernel,
+    once per decoding step (tests/test_sync_free.py)."""
+    return device.type == "cpu"
 
 
 def attention_weights(
@@ -144,6 +154,8 @@ class LuongAttention(nn.Module):
             return self.gathered(*args, centre=centre)
         if S < most:
             return self.masked(*args, centre=centre)
+        if not reads_back_freely(values.device):  # the slice's bounds would stall each step
+            return self.gathered(*args, centre=centre)
         lo, hi = self.window_slice(centre.mid, S)
         if hi - lo < most:
             return self.sliced(*args, lo=lo, hi=hi, centre=centre)
