@@ -1,22 +1,27 @@
-"""Local-p against global attention by source length, through fairseq's interfaces.
+"""Local-p and local-m against global attention by source length, through fairseq's interfaces.
 
     python bench/by_length.py [--lengths 10 20 40 80 160] [--rounds 5] [--out FILE.json]
     python bench/by_length.py --quick          # a smoke test (seconds)
 
 make demo's two models, ``luong_recommended`` (local-p, D = 14) and
-``luong_recommended_global``, built as fairseq-train builds them (the Bible corpus'
-dictionary; ``--precision`` as ``default_precision`` picks), on synthetic batches whose
-sources all have ``L`` pieces and whose targets have ``L`` pieces too, for each ``L``:
+``luong_recommended_global``, and local-m with the same window (D = 14), built as
+fairseq-train builds them (the Bible corpus' dictionary; ``--precision`` as
+``default_precision`` picks), on synthetic batches whose sources all have ``L`` pieces and
+whose targets have ``L`` pieces too, for each ``L``:
 
 - training: target tokens/s of an update (forward, backward, clip, Adam) through the
-  criterion, as fairseq's trainer calls it;
+  criterion, as fairseq's trainer calls it; local-p also with training's gathered path
+  from one window of source on (``local-p gathered``), where it otherwise takes the masked
+  path below 8 windows;
 - decoding: beam-5 sentences/s of fairseq's SequenceGenerator with every hypothesis
-  forced to ``L`` tokens (``min_len`` = ``max_len``), so both models decode as many steps.
+  forced to ``L`` tokens (``min_len`` = ``max_len``), so every model decodes as many steps.
 
-The two models are interleaved round by round on the same batches; the table gives the
-medians and local-p's ratio to global. Local-p's window covers 2D + 1 = 29 pieces, so it
-can only save work on sources longer than that; the crossover is where the ratio reaches
-1.00. Prints a table, and writes the numbers as JSON with ``--out``.
+The models are interleaved round by round on the same batches; the table gives global's
+medians and each other's ratio to them. The window covers 2D + 1 = 29 pieces, so it can
+only save work on sources longer than that; the crossover is where a ratio reaches 1.00.
+Local-m shares local-p's window but has no eq. (9) position network or eq. (10)
+Gaussian: local-p / local-m is what those cost. Prints a table, and writes the numbers
+as JSON with ``--out``.
 """
 
 import argparse
@@ -31,7 +36,33 @@ from systems import build, common_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "luong_plugin")
-MODELS = {"local-p": "luong_recommended", "global": "luong_recommended_global"}
+# name: fairseq-train's model options. local-m has local-p's window (D = 14) without
+# eq. (9)'s position network and eq. (10)'s Gaussian: local-p / local-m is their cost,
+# local-m / global what the window itself saves or costs.
+MODELS = {
+    "local-p": ["--arch", "luong_recommended"],
+    "local-m": ["--arch", "luong_recommended_global", "--attention-window", "local-m",
+                "--window-size", "14"],
+    "global": ["--arch", "luong_recommended_global"],
+}  # fmt: skip
+LOCAL = ("local-p", "local-m")  # each timed against global
+# local-p's update again, with training's gathered path from one window of source on
+# (attention.TRAIN_GATHER_FROM = 1) instead of the masked path below 8 windows
+GATHERED = "local-p gathered"
+
+
+def gathering(update):
+    """``update`` run with attention.TRAIN_GATHER_FROM = 1, restored after each call."""
+    from luong_plugin.modules import attention
+
+    def run():
+        kept, attention.TRAIN_GATHER_FROM = attention.TRAIN_GATHER_FROM, 1
+        try:
+            return update()
+        finally:
+            attention.TRAIN_GATHER_FROM = kept
+
+    return run
 
 
 def cpu_name() -> str:
@@ -142,9 +173,9 @@ def main(argv=None):
     common[common.index("--source-lang") + 1] = src
     common[common.index("--target-lang") + 1] = tgt
     built = {}
-    for name, arch in MODELS.items():
+    for name, options in MODELS.items():
         torch.manual_seed(1)
-        margs, task, model, criterion = build(["--arch", arch, "--precision", precision], common,
+        margs, task, model, criterion = build([*options, "--precision", precision], common,
                                               USER_DIR, sizes=[])  # fmt: skip
         built[name] = (task, model, criterion)
     tgt_dict = built["global"][0].target_dictionary
@@ -156,32 +187,40 @@ def main(argv=None):
         decode = [synthetic_batch(tgt_dict, args.decode_sentences, length, seed=length + 1)]
         jobs = {f"{name} train": measure.make_update(model, criterion, train)
                 for name, (_, model, criterion) in built.items()}  # fmt: skip
+        _, model, criterion = built["local-p"]
+        jobs[f"{GATHERED} train"] = gathering(measure.make_update(model, criterion, train))
         jobs.update({f"{name} beam": make_forced_generate(model, tgt_dict, decode, 5, length)
                      for name, (_, model, _) in built.items()})  # fmt: skip
         seconds, _ = measure.median_rounds(jobs, args.rounds)
         row = {"length": length, "batch": batch}
-        for name in MODELS:
+        for name in (*MODELS, GATHERED):
             row[f"{name} train tok/s"] = batch * length / seconds[f"{name} train"]
-            row[f"{name} beam sent/s"] = args.decode_sentences / seconds[f"{name} beam"]
-        row["train ratio"] = row["local-p train tok/s"] / row["global train tok/s"]
-        row["beam ratio"] = row["local-p beam sent/s"] / row["global beam sent/s"]
+            if name != GATHERED:
+                row[f"{name} beam sent/s"] = args.decode_sentences / seconds[f"{name} beam"]
+        for name in (*LOCAL, GATHERED):
+            row[f"{name} train ratio"] = row[f"{name} train tok/s"] / row["global train tok/s"]
+            if name != GATHERED:
+                row[f"{name} beam ratio"] = row[f"{name} beam sent/s"] / row["global beam sent/s"]
         rows.append(row)
-        print(f"L = {length}: training {row['train ratio']:.2f}x, beam {row['beam ratio']:.2f}x",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(f"L = {length}: training " + ", ".join(
+            f"{name} {row[f'{name} train ratio']:.2f}x" for name in (*LOCAL, GATHERED)
+        ) + "; beam " + ", ".join(f"{name} {row[f'{name} beam ratio']:.2f}x" for name in LOCAL),
+            file=sys.stderr, flush=True)  # fmt: skip
     lines = [
-        f"local-p (D = 14) against global, {precision}, {args.threads} threads, "
-        f"{args.rounds} rounds, {(time.time() - started) / 60:.1f} min",
+        f"local-p and local-m (D = 14) against global, {precision}, {args.threads} threads, "
+        f"{args.rounds} rounds, {(time.time() - started) / 60:.1f} min; ratios to global",
         "",
-        "| source = target pieces | batch | training tok/s local-p / global | ratio "
-        "| beam-5 sent/s local-p / global | ratio |",
-        "|---|---|---|---|---|---|",
+        "| source = target pieces | batch | training tok/s, global | local-p | local-m "
+        f"| {GATHERED} | beam-5 sent/s, global | local-p | local-m |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['length']} | {r['batch']} | {r['local-p train tok/s']:,.0f} / "
-            f"{r['global train tok/s']:,.0f} | {r['train ratio']:.2f}x | "
-            f"{r['local-p beam sent/s']:.1f} / {r['global beam sent/s']:.1f} | "
-            f"{r['beam ratio']:.2f}x |"
+            f"| {r['length']} | {r['batch']} | {r['global train tok/s']:,.0f} | "
+            + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in (*LOCAL, GATHERED))
+            + f" | {r['global beam sent/s']:.1f} | "
+            + " | ".join(f"{r[f'{n} beam ratio']:.2f}x" for n in LOCAL)
+            + " |"
         )
     print("\n".join(lines))
     if args.out:

@@ -71,6 +71,19 @@ def test_report_scores_with_signatures(tmp_path, capsys):
     assert saved["training"] is None  # no --train-log given
 
 
+def test_report_scores_output_decoded_without_alignments(tmp_path, capsys):
+    gen = tmp_path / "gen.txt"
+    gen.write_text(
+        "".join(line + "\n" for line in OUTPUT.splitlines() if not line.startswith("A-"))
+    )
+    ref = tmp_path / "test.en"
+    ref.write_text("In the beginning God created\nthe house of the Lord\n", encoding="utf-8")
+    report_main([str(gen), "--reference", str(ref), "--out-dir", str(tmp_path)])
+    assert "no attention heatmap: decode with --print-alignment soft" in capsys.readouterr().out
+    assert json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["bleu"] == 100.0
+    assert not any(name.startswith("attention_") for name in os.listdir(tmp_path))
+
+
 def test_report_refuses_missing_sentences(tmp_path):
     gen = tmp_path / "gen.txt"
     gen.write_text(OUTPUT, encoding="utf-8")

@@ -43,11 +43,12 @@ def training_summary(path):
 
 
 def pick_example(rows, lo=8, hi=16):
-    """A sentence of moderate length for the heatmap (deterministic)."""
+    """A sentence of moderate length for the heatmap (deterministic); None when no row
+    has attention weights (decoded without ``--print-alignment soft``)."""
     for i in sorted(rows):
         if rows[i].attention is not None and lo <= len(rows[i].hypothesis.split()) <= hi:
             return i
-    return min(i for i in rows if rows[i].attention is not None)
+    return min((i for i in rows if rows[i].attention is not None), default=None)
 
 
 def main(argv=None):
@@ -103,6 +104,9 @@ def main(argv=None):
         print(f"[{i}] output:    {hypotheses[i]}")
 
     example = pick_example(rows)
+    if example is None:
+        print("\nno attention heatmap: decode with --print-alignment soft for one")
+        return
     row = rows[example]
     png = plot_attention(
         row.attention,
