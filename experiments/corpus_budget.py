@@ -5,8 +5,9 @@
         [--results DIR] [--out docs/CORPUS_BUDGET.md] [--render-only]
 
 The equal-time companion of experiments/corpus_compare.py, which compares the same runs
-(``corpus_compare.RUNS``: local-p with the demo's settings and with the paper's D = 10,
-global attention, local-m, fairseq's `lstm` at the same sizes) per update. Here every run
+per update: by default ``corpus_compare.MAIN_RUNS`` (local-p with the demo's settings and
+with the paper's D = 10, global attention, local-m, fairseq's `lstm` at the same sizes);
+``--runs`` may add the demo's model with one of its settings changed (``RUNS``). Every run
 trains for the same ``--minutes`` of wall time on ``--threads`` threads, ``--jobs`` runs at
 once, validating at every epoch end as make demo does; its best checkpoint (by valid loss)
 decodes the test split with demo.sh's beam 5 and is scored by luong_plugin.analysis.report
@@ -30,7 +31,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from experiments import corpus_compare, harness
 from experiments.budget import cell
 from experiments.compare_runs import OPTIMISATION
-from experiments.corpus_compare import RUNS
+from experiments.corpus_compare import MAIN_RUNS, RUNS
 
 # name: (recipe that prepares it, data folder, source, target)
 CORPORA = {
@@ -193,7 +194,7 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         )
         lines += ["", f"Signatures: {bleu_sigs} (BLEU), {chrf_sigs} (chrF2)."]
         seeds = sorted({1, 2} | {s for _, s in results})
-        todo = [f"`{n}` seed {s}" for s in seeds for n in RUNS if (n, s) not in results]
+        todo = [f"`{n}` seed {s}" for s in seeds for n in MAIN_RUNS if (n, s) not in results]
         if todo:
             lines += ["", "Not run yet: " + ", ".join(todo) + "."]
     with _render_lock:
@@ -212,8 +213,9 @@ def parse_args(argv=None):
     p.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA),
                    metavar="CORPUS",
                    help=f"corpora, in this order per seed, of: {', '.join(CORPORA)}")
-    p.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS), metavar="NAME",
-                   help=f"runs, in this order per corpus, of: {', '.join(RUNS)}")
+    p.add_argument("--runs", nargs="+", default=MAIN_RUNS, choices=list(RUNS), metavar="NAME",
+                   help=f"runs, in this order per corpus (default: {' '.join(MAIN_RUNS)}), of: "
+                        f"{', '.join(RUNS)}")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     p.add_argument("--minutes", type=float, default=7, help="minutes of training a run")
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once")

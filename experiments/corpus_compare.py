@@ -50,7 +50,18 @@ RUNS = {
                  "--window-size", "14", *OURS_PRECISION]),
     "lstm": ("fairseq's `lstm` at the same sizes, fp32",
              ["--arch", "lstm", "--decoder-attention", "True", *SIZES]),
+    # make demo's other departures from the paper, one at a time (docs/DEMO.md's table)
+    "local-p-reversed": ("local-p with the paper's reversed source",
+                         ["--arch", "luong_recommended", "--reverse-source", *OURS_PRECISION]),
+    "local-p-no-renorm": ("local-p without the renormalised window (Luong's default)",
+                          ["--arch", "luong_recommended", "--no-renormalize-window",
+                           *OURS_PRECISION]),
+    "local-p-fgb0": ("local-p with the paper's init (forget-gate bias 0)",
+                     ["--arch", "luong_recommended", "--forget-gate-bias", "0", *OURS_PRECISION]),
+    "local-p-fp32": ("local-p in fp32", ["--arch", "luong_recommended", "--precision", "fp32"]),
 }  # fmt: skip
+# the comparison of attention and peers; the rest change one of the demo's settings
+MAIN_RUNS = ["local-p", "local-p-d10", "global", "local-m", "lstm"]
 PAGE = os.path.join(harness.REPO, "docs", "CORPORA.md")
 
 
@@ -151,8 +162,9 @@ def render(path: str = PAGE) -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default="docs_en_fr_long", choices=list(CORPORA))
-    p.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS), metavar="NAME",
-                   help=f"runs to train, of: {', '.join(RUNS)}")  # fmt: skip
+    p.add_argument("--runs", nargs="+", default=MAIN_RUNS, choices=list(RUNS), metavar="NAME",
+                   help=f"runs to train (default: {' '.join(MAIN_RUNS)}), of: "
+                        f"{', '.join(RUNS)}")  # fmt: skip
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     p.add_argument("--updates", type=int, default=1500)
     p.add_argument("--validate-every", type=int, default=250)
