@@ -208,6 +208,21 @@ def test_the_recommended_arch_is_the_demo_model_spelled_out():
     }
 
 
+def test_the_local_m_arch_is_the_model_corpus_budget_measured():
+    """luong_recommended_local_m is the `local-m` run of experiments/corpus_compare.py's table
+    (docs/CORPUS_BUDGET.md measured that run's options, not the arch's name)."""
+    from conftest import parse_training_args
+    from experiments.corpus_compare import RUNS
+
+    options = RUNS["local-m"][1]
+    measured = parse_training_args(options[1], *options[2:])
+    arch = parse_training_args("luong_recommended_local_m", "--precision", measured.precision)
+    assert arch.attention_window == "local-m" and arch.window_size == 14
+    assert {f: getattr(arch, f) for f in MODEL_FIELDS} == {
+        f: getattr(measured, f) for f in MODEL_FIELDS
+    }
+
+
 def test_demo_sh_trains_what_its_environment_says():
     train, generate = demo_commands(SEED="7", PRECISION="fp32", MINUTES="30", RUN="/tmp/x")
     model = parsed(train)

@@ -206,7 +206,10 @@ def bad_inputs(tmp_path):
         "counts": ((*ok[:2], "--tgt", short), ["has 200 lines but --tgt", "has 199"]),
         "empty": ((*ok[:2], "--tgt", gaps), ["--tgt", "gaps.en: 1 empty line (line 11)"]),
         "utf8": ((*ok[:2], "--tgt", latin1), ["--tgt", "not UTF-8 at line 4, byte offset 3"]),
-        "model": ((*ok, "--model", "lstm"), ["--model 'lstm': expected one of local-p, global"]),
+        "model": (
+            (*ok, "--model", "lstm"),
+            ["--model 'lstm': expected one of local-p, global, local-m"],
+        ),
         "budgets": ((*ok, "--minutes", "5", "--epochs", "2"), ["--minutes and --epochs both"]),
         "minutes": ((*ok, "--minutes", "ten"), ["--minutes 'ten': expected a number of minutes"]),
         "epochs": ((*ok, "--epochs", "1.5"), ["--epochs '1.5': expected a whole number"]),
@@ -358,6 +361,15 @@ def test_dry_run_global_with_epochs_and_flags_after_the_double_dash(tmp_path):
     assert (args.max_epoch, args.stop_time_hours, args.seed) == (3, 0, 7)
     assert (args.max_tokens, args.encoder_layers, args.precision) == (4000, 2, "fp32")
     assert parsed(generate, options.get_generation_parser).beam == 4
+
+
+def test_dry_run_local_m(tmp_path):
+    from fairseq import options
+
+    train, _, _ = dry_run(tmp_path, "--model", "local-m", "--minutes", "1", PRECISION="fp32")
+    args = parsed(train, options.get_training_parser)
+    assert args.arch == "luong_recommended_local_m" and args.attention_window == "local-m"
+    assert args.window_size == 14
 
 
 # ---- end to end ---------------------------------------------------------------------

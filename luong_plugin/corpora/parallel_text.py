@@ -4,7 +4,7 @@
 (through ``recipes/own_text/prepare.py``, run as a script: no fairseq import) before it
 writes anything:
 
-- ``parse_options``: run.sh's options (``--model`` local-p or global, one budget of
+- ``parse_options``: run.sh's options (``--model`` local-p, global or local-m, one budget of
   ``--minutes`` or ``--epochs``, whole numbers where a count is due, language codes) and
   the fairseq-train flags after ``--``;
 - ``read_pair``: each file exists and is UTF-8, no line is empty, the two sides have as
@@ -34,7 +34,11 @@ HELD_OUT_SHARE = 0.05
 MIN_TRAIN = 100  # fewer training pairs than this cannot train a translation model
 SHOWN = 5  # line numbers quoted in a message
 LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # str.splitlines' breaks but \n
-MODELS = {"local-p": "luong_recommended", "global": "luong_recommended_global"}
+MODELS = {
+    "local-p": "luong_recommended",
+    "global": "luong_recommended_global",
+    "local-m": "luong_recommended_local_m",
+}
 LANG = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}$")
 SPLITS = ("train", "valid", "test")
 # fairseq-train flags that run.sh sets from its own options
@@ -182,7 +186,7 @@ def options_parser() -> argparse.ArgumentParser:
                        "(default: 1000 or 5%%, the smaller)")
     p.add_argument("--split-seed", default="1", help="seed of the held-out lines (default 1)")
     p.add_argument("--vocab", default="8000", help="joint SentencePiece size (default 8000)")
-    p.add_argument("--model", default="local-p", help="local-p (default) or global")
+    p.add_argument("--model", default="local-p", help="local-p (default), global or local-m")
     p.add_argument("--minutes", help="train for M minutes (default 15)")
     p.add_argument("--epochs", help="train for E epochs instead")
     p.add_argument("--seed", default="1", help="training seed (default 1)")

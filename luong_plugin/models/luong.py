@@ -410,6 +410,9 @@ RECOMMENDED_GLOBAL = dict(
     position_logit_bound=0.0,
     position_sigma=0.0,
 )
+# local-m with the demo's window, otherwise the demo: ahead of local-p and global attention
+# at equal time on Debian's manuals (docs/CORPUS_BUDGET.md), behind local-p on the Bible
+RECOMMENDED_LOCAL_M = dict(RECOMMENDED_GLOBAL, attention_window="local-m", window_size=14)
 
 ARCHS = {
     "luong_wmt_en_de": ATTENTIONAL,
@@ -443,9 +446,10 @@ ARCHS = {
         ATTENTIONAL, attention_window="local-p", attention_score="dot"
     ),
     "luong_local_p_general_wmt_en_de": dict(ATTENTIONAL),
-    # not a paper row: make demo's model, local-p or global (recipes/own_text)
+    # not a paper row: make demo's model, local-p, global or local-m (recipes/own_text)
     "luong_recommended": RECOMMENDED,
     "luong_recommended_global": RECOMMENDED_GLOBAL,
+    "luong_recommended_local_m": RECOMMENDED_LOCAL_M,
     # tiny, for tests: every option still selectable
     "luong_tiny": dict(
         encoder_embed_dim=16,

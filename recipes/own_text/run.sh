@@ -4,7 +4,7 @@
 #
 # usage: recipes/own_text/run.sh --src FILE.xx --tgt FILE.yy --out DIR
 #          [--valid-src F --valid-tgt F] [--test-src F --test-tgt F] [--valid N] [--test N]
-#          [--split-seed S] [--vocab 8000] [--model local-p|global] [--minutes M | --epochs E]
+#          [--split-seed S] [--vocab 8000] [--model local-p|global|local-m] [--minutes M | --epochs E]
 #          [--seed S] [--beam 5] [--src-lang xx --tgt-lang yy] [--dry-run]
 #          [-- extra fairseq-train flags]
 #   env PYTHON     interpreter with fairseq and this package (default .venv/bin/python)
