@@ -171,13 +171,11 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         results = by_corpus[corpus]
         if not results:
             continue
-        sittings = sorted({f"{r['started'][:10]}, commit {r['commit']}, {r['machine']}"
-                           for r in results.values()})  # fmt: skip
         lines += [
             "",
             f"## `{corpus}` (`{recipe}`)",
             "",
-            f"Sitting: {'; '.join(sittings)}. Corpus: `{data}` ({src}->{tgt}). "
+            f"Sitting: {harness.sittings(results)}. Corpus: `{data}` ({src}->{tgt}). "
             f"Data: `{_shown(results_dir(corpus, root))}/`.",
             "",
             "| run | what | updates | best valid ppl | sacreBLEU | chrF2 |",

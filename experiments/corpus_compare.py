@@ -140,13 +140,11 @@ def render(path: str = PAGE) -> None:
             continue
         updates = sorted({int(u) for r in results.values() for u in r["valid_ppl"]})
         shown = [u for u in updates if u % 500 == 0] or updates[-3:]
-        sittings = sorted({f"{r['started'][:10]}, commit {r['commit']}, {r['machine']}"
-                           for r in results.values()})  # fmt: skip
         lines += [
             "",
             f"## `{corpus}` (`{recipe}`)",
             "",
-            f"Sitting: {'; '.join(sittings)}. Data: `docs/experiments/corpus_compare/{corpus}/`.",
+            f"Sitting: {harness.sittings(results)}. Data: `docs/experiments/corpus_compare/{corpus}/`.",
             "",
             "| run | what | " + " | ".join(f"ppl @ {u}" for u in shown) + " |",
             "|---|---|" + "---|" * len(shown),

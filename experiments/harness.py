@@ -55,6 +55,12 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
+def sittings(results: dict) -> str:
+    """The sittings of a study's results, each once: 'date, commit C, machine; ...'."""
+    return "; ".join(sorted({f"{r['started'][:10]}, commit {r['commit']}, {r['machine']}"
+                             for r in results.values()}))  # fmt: skip
+
+
 def valid_ppl(text: str) -> dict:
     """{updates: valid perplexity} of a fairseq-train log."""
     return {int(u): float(p) for p, u in VALID.findall(text)}
