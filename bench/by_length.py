@@ -12,7 +12,7 @@ whose targets have ``L`` pieces too, for each ``L``:
 - training: target tokens/s of an update (forward, backward, clip, Adam) through the
   criterion, as fairseq's trainer calls it; local-p also with training's gathered path
   from one window of source on (``local-p gathered``), where it otherwise takes the masked
-  path below 8 windows;
+  path below ``TRAIN_GATHER_FROM`` windows;
 - decoding: beam-5 sentences/s of fairseq's SequenceGenerator with every hypothesis
   forced to ``L`` tokens (``min_len`` = ``max_len``), so every model decodes as many steps.
 
@@ -47,7 +47,7 @@ MODELS = {
 }  # fmt: skip
 LOCAL = ("local-p", "local-m")  # each timed against global
 # local-p's update again, with training's gathered path from one window of source on
-# (attention.TRAIN_GATHER_FROM = 1) instead of the masked path below 8 windows
+# (attention.TRAIN_GATHER_FROM = 1) instead of the masked path below TRAIN_GATHER_FROM windows
 GATHERED = "local-p gathered"
 
 

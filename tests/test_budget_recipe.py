@@ -212,6 +212,7 @@ def test_the_local_m_arch_is_the_model_corpus_budget_measured():
     """luong_recommended_local_m is the `local-m` run of experiments/corpus_compare.py's table
     (docs/CORPUS_BUDGET.md measured that run's options, not the arch's name)."""
     from conftest import parse_training_args
+
     from experiments.corpus_compare import RUNS
 
     options = RUNS["local-m"][1]

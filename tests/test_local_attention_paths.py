@@ -172,8 +172,8 @@ def test_training_masks_short_sources_and_gathers_long_ones_never_slices(monkeyp
     slice (test above)."""
     module = LuongAttention("general", "local-m", 24, 24, window_size=3)
     calls = record_paths(monkeypatch, module)
-    assert attention_module.TRAIN_GATHER_FROM * module.window.width == 56
-    for S in (40, 60):  # 40 < 56 <= 60
+    assert attention_module.TRAIN_GATHER_FROM * module.window.width == 28
+    for S in (24, 40):  # 24 < 28 <= 40
         for steps, shortest in (("spread", 1), ("together", 20)):
             query, keys, pad_mask, lengths, steps = _attention_inputs(
                 S=S, steps=steps, shortest=shortest
@@ -182,7 +182,7 @@ def test_training_masks_short_sources_and_gathers_long_ones_never_slices(monkeyp
             module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
             with torch.no_grad():
                 module(query, module.precompute(keys), keys, pad_mask, lengths, steps)
-    # (training, no autograd) for S = 40 spread, 40 together, 60 spread, 60 together
+    # (training, no autograd) for S = 24 spread, 24 together, 40 spread, 40 together
     expected = [
         "masked",
         "gathered",

@@ -47,7 +47,9 @@ from .windows import PositionWeights, build_window
 # less than gathering
 GATHER_FROM = 2
 # in training: the masked path below this many windows of source, the gathered one beyond
-TRAIN_GATHER_FROM = 8
+# (docs/LOCAL_P.md, "By source length": gathering is level with masking up to 80 pieces with
+# D = 14, ahead from 120)
+TRAIN_GATHER_FROM = 4
 
 
 def reads_back_freely(device: torch.device) -> bool:
