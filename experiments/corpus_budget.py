@@ -46,6 +46,7 @@ CORPORA = {
 RESULTS = harness.results_dir("corpus_budget")
 RUN_DIRS = os.path.join(harness.REPO, "runs", "corpus_budget")
 PAGE = os.path.join(harness.REPO, "docs", "CORPUS_BUDGET.md")
+NOTES = "notes.md"  # beside the results: the sitting's notes, printed at the end of the page
 # demo.sh's GEN_ARGS after the data and languages; report.py draws an attention
 # heatmap, so the alignments are printed as demo.sh prints them
 DECODE = [
@@ -195,6 +196,17 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         todo = [f"`{n}` seed {s}" for s in seeds for n in MAIN_RUNS if (n, s) not in results]
         if todo:
             lines += ["", "Not run yet: " + ", ".join(todo) + "."]
+    notes = os.path.join(root, NOTES)
+    if os.path.exists(notes):  # what the JSON files cannot record: what ran beside them
+        with open(notes, encoding="utf-8") as f:
+            lines += [
+                "",
+                "## Notes on the sitting",
+                "",
+                f"From `{_shown(notes)}`:",
+                "",
+                f.read().strip(),
+            ]
     with _render_lock:
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -131,7 +131,7 @@ def render(path: str = PAGE) -> None:
         "runs trained at once); cells give the valid perplexity as `mean (seed 1 / seed 2)`, lower",
         "is better. Runs compare per update only: they trained beside other work, so their speeds",
         "say nothing.",
-        "How each corpus is built and its lengths: its recipe's README. The same runs at",
+        "How each corpus is built and its lengths: its recipe's README. The same configurations at",
         "equal wall time, with BLEU and chrF2 on the test split: [CORPUS_BUDGET.md](CORPUS_BUDGET.md).",
     ]
     for corpus, (recipe, *_) in CORPORA.items():

@@ -57,6 +57,19 @@ def test_the_page_shows_each_corpus_table_from_its_results(tmp_path):
     assert "(7 minutes of training, 1 thread(s) a run, 2 run(s) at once)" in paragraph
 
 
+def test_the_sittings_notes_close_the_page_when_written(tmp_path):
+    save(tmp_path, result("global", 1))
+    page = tmp_path / "PAGE.md"
+    corpus_budget.render(str(page), str(tmp_path))
+    assert "Notes on the sitting" not in page.read_text()
+    (tmp_path / corpus_budget.NOTES).write_text("Tests ran beside seed 1.\n")
+    corpus_budget.render(str(page), str(tmp_path))
+    assert page.read_text().endswith(
+        "## Notes on the sitting\n\nFrom `%s`:\n\nTests ran beside "
+        "seed 1.\n" % (tmp_path / corpus_budget.NOTES)
+    )
+
+
 def test_a_finished_run_is_done_only_for_its_options_and_minutes(tmp_path):
     root = str(tmp_path)
     assert not corpus_budget.done("bible_es_en", "global", 1, 7.0, root)

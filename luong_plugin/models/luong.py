@@ -410,8 +410,8 @@ RECOMMENDED_GLOBAL = dict(
     position_logit_bound=0.0,
     position_sigma=0.0,
 )
-# local-m with the demo's window, otherwise the demo: ahead of local-p and global attention
-# at equal time on Debian's manuals (docs/CORPUS_BUDGET.md), behind local-p on the Bible
+# local-m with the demo's window, otherwise the demo: at 7 minutes (docs/CORPUS_BUDGET.md)
+# ahead of local-p and global attention on Debian's manuals, between them on the Bible
 RECOMMENDED_LOCAL_M = dict(RECOMMENDED_GLOBAL, attention_window="local-m", window_size=14)
 
 ARCHS = {
