@@ -47,8 +47,8 @@ from .windows import PositionWeights, build_window
 # less than gathering
 GATHER_FROM = 2
 # in training: the masked path below this many windows of source, the gathered one beyond
-# (docs/LOCAL_P.md, "By source length": gathering is level with masking up to 80 pieces with
-# D = 14, ahead from 120)
+# (docs/LOCAL_P.md, "By source length": gathering is no faster than masking up to 80 pieces
+# with D = 14, ahead from 120)
 TRAIN_GATHER_FROM = 4
 
 
