@@ -65,23 +65,6 @@ def gathering(update):
     return run
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), with its bf16 instruction flags."""
-    name, flags = "", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and not name:
-                    name = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    bf16 = sorted(flags & {"avx512_bf16", "amx_bf16"})
-    return f"{name or 'unknown CPU'} ({', '.join(bf16) or 'no bf16 instructions'})"
-
-
 def languages(data: str):
     """(source, target) of a binarised corpus, from its ``train.SRC-TGT.SRC.idx``."""
     for name in sorted(os.listdir(data)):
@@ -224,11 +207,11 @@ def main(argv=None):
         )
     print("\n".join(lines))
     if args.out:
-        import subprocess
-
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()  # fmt: skip
-        meta = {"commit": head, "cpu": cpu_name(),
+        machine = measure.cpu()
+        bf16 = machine["cpu_bf16"]
+        bf16 = "no bf16 instructions" if bf16 == "none" else bf16.replace(" ", ", ")
+        meta = {"commit": measure.commit(REPO, ["luong_plugin", "bench"]),
+                "cpu": f"{machine['cpu']} ({bf16})",
                 "precision": precision, "threads": args.threads, "rounds": args.rounds,
                 "tokens": args.tokens, "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started))}  # fmt: skip
         with open(args.out, "w") as f:

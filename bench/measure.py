@@ -11,6 +11,7 @@ half-width.
 
 import json
 import os
+import platform
 import resource
 import statistics
 import subprocess
@@ -20,6 +21,35 @@ from typing import Callable, Dict, List, Sequence
 
 import torch
 from torch import Tensor
+
+# -- the sitting ---------------------------------------------------------------
+# bf16 in hardware: avx512_bf16 (AMD Zen 4/5, Intel), amx_bf16 (Intel AMX)
+BF16_FLAGS = {"avx512_bf16", "amx_bf16", "amx_tile"}
+
+
+def cpu() -> Dict[str, str]:
+    """The CPU a benchmark ran on (lscpu): its model name, logical CPUs and bf16
+    instructions ("none" without any)."""
+    model, cores, info = platform.processor(), str(os.cpu_count()), {}
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        info = dict(
+            (k.strip(), v.strip())
+            for k, v in (line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+        )
+        model, cores = info.get("Model name", model), info.get("CPU(s)", "?")
+    except OSError:
+        pass
+    bf16 = " ".join(sorted(set(info.get("Flags", "").split()) & BF16_FLAGS)) or "none"
+    return {"cpu": model, "cpus": cores, "cpu_bf16": bf16}
+
+
+def commit(repo: str, paths: Sequence[str]) -> str:
+    """HEAD's short hash, ``+dirty`` when ``paths`` have uncommitted changes."""
+    git = ["git", "-C", repo]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(git + ["status", "--porcelain", *paths], capture_output=True, text=True)
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def median_rounds(jobs: Dict[str, Callable[[], None]], rounds: int, warmup: int = 1):

@@ -135,29 +135,12 @@ def memory_child(args):
     print(json.dumps({"rss_before": before, "peak": measure.peak_rss_bytes()}))
 
 
-BF16_FLAGS = {"avx512_bf16", "amx_bf16", "amx_tile"}
-
-
 def machine(threads: int) -> dict:
     import fairseq
     import torch
 
-    model = platform.processor()
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        info = dict(
-            (k.strip(), v.strip())
-            for k, v in (line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-        )
-        model = info.get("Model name", model)
-        cores = info.get("CPU(s)", "?")
-    except OSError:
-        cores, info = str(os.cpu_count()), {}
     return {
-        "cpu": model,
-        "cpus": cores,
-        # bf16 in hardware: avx512_bf16 (AMD Zen 4/5, Intel), amx_bf16 (Intel AMX)
-        "cpu_bf16": " ".join(sorted(set(info.get("Flags", "").split()) & BF16_FLAGS)) or "none",
+        **measure.cpu(),
         "threads": threads,
         "torch": torch.__version__,
         "fairseq": fairseq.__version__,
@@ -185,11 +168,7 @@ def main(argv=None):
     )
     results["max_tokens"] = args.max_tokens
     results["started"] = time.strftime("%Y-%m-%d %H:%M")
-    head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True)  # fmt: skip
-    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "luong_plugin", "bench"],
-                           capture_output=True, text=True)  # fmt: skip
-    results["commit"] = head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    results["commit"] = measure.commit(REPO, ["luong_plugin", "bench"])
 
     log("GEMM peak")
     n = 256 if quick else 2048
