@@ -99,8 +99,11 @@ def keep_fp32(parts, patch=setattr, told=told) -> None:
         told("gates")
     if "combine" in parts:
 
-        def attend(self, query, proj_keys, encoder_out, steps, combine=None, position=None):
-            """LuongDecoder.attend with eq. (5) outside autocast, W_c in fp32."""
+        def attend(
+            self, query, proj_keys, encoder_out, steps, combine=None, position=None, source=None
+        ):
+            """LuongDecoder.attend with eq. (5) outside autocast, W_c in fp32; a step's
+            attention takes the plain path (``source``, the fused node's, is not used)."""
             values = encoder_out["encoder_out"]
             with step_attention_precision(query, values):
                 context, prob, extras = self.attention(

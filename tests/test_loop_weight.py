@@ -4,9 +4,12 @@
   uses and a last step that gets no gradient: gradients of the weight, the bias
   and the inputs equal per-step ``torch.addmm`` (float64, to 1e-12); a retained
   graph gives the same gradients twice; without autograd it is a plain product.
+- A batched weight (B x I x N, such as the attended keys): the gradient equals
+  per-step ``bmm``.
 - In the input-feeding decoder, for every window x score, one and two layers,
   with dropout: every parameter's gradient equals the same model with the loop
-  weights replaced by per-step ``addmm`` (the plain path), in float64.
+  weights replaced by per-step ``addmm`` and the step's attention by the plain
+  path (no fused node, attention_step.py), in float64.
 """
 
 import pytest
@@ -63,6 +66,23 @@ def test_loop_weight_gradients_equal_per_step_addmm(bias_kind):
         torch.testing.assert_close(r, p, atol=1e-12, rtol=0)
 
 
+def test_batched_loop_weight_gradients_equal_per_step_bmm():
+    g = torch.Generator().manual_seed(1)
+    keys = torch.randn(3, 4, 7, dtype=torch.float64, generator=g).requires_grad_()  # B x I x N
+    x0 = torch.randn(3, 1, 4, dtype=torch.float64, generator=g).requires_grad_()  # B x 1 x I
+    grads = []
+    for taped in (False, True):
+        weight = LoopWeight(keys) if taped else None
+        x, loss = x0, 0.0
+        for t in range(5):
+            y = weight.addmm(None, x) if taped else x.bmm(keys)  # B x 1 x N
+            loss = loss + (y.tanh() * (t + 1)).sum()
+            x = torch.tanh(y[..., :4] + x)  # B x 1 x I: fed back
+        grads.append(torch.autograd.grad(loss, [keys, x0]))
+    for p, q in zip(*grads):
+        torch.testing.assert_close(q, p, atol=1e-12, rtol=0)
+
+
 def test_loop_weight_without_autograd_is_a_plain_product():
     W = torch.randn(3, 4, requires_grad=True)
     x = torch.randn(2, 4)
@@ -98,6 +118,7 @@ def test_input_feeding_decoder_gradients_equal_plain_autograd(window, score, lay
     prev = random_prev_output(model.decoder.dictionary, 3, 8)
     taped_logits, taped = _grads(model, src, lengths, prev, seed=5)
     monkeypatch.setattr(luong_loop, "LoopWeight", PlainLoopWeight)
+    monkeypatch.setattr(luong_loop, "step_source", lambda *args: None)
     plain_logits, plain = _grads(model, src, lengths, prev, seed=5)
     torch.testing.assert_close(taped_logits, plain_logits, atol=0, rtol=0)
     assert taped.keys() == plain.keys()

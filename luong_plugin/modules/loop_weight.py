@@ -16,6 +16,10 @@ autograd runs ``_Shared``'s backward after the backward of every step that used
 it; by then the tape holds every g_t. A step whose output got no gradient adds
 nothing. Without autograd (generation) it is a plain ``addmm``.
 
+A batched weight works the same way (attention_step.py): W is B x I x N, a matrix
+per sentence such as the keys of its source, each step's x_t is B x 1 x I and
+∂L/∂W = [x_0 … x_{T-1}]ᵀ [g_0 … g_{T-1}], one B x I x N batched product (no bias).
+
 Shape legend: B batch, I input dim, N output dim, T steps.
 """
 
@@ -49,10 +53,11 @@ class _Shared(torch.autograd.Function):
         steps = sorted(tape.grads)
         if not steps:
             return None, None
-        grads = torch.cat([tape.grads[t] for t in steps])  # (T·B) x N
-        inputs = torch.cat([tape.inputs[t] for t in steps]).to(grads.dtype)  # (T·B) x I
+        grads = torch.cat([tape.grads[t] for t in steps], dim=-2)  # (T·B) x N | B x T x N
+        inputs = torch.cat([tape.inputs[t] for t in steps], dim=-2).to(grads.dtype)  # .. x I
         tape.grads = {}  # a retained graph refills it
-        return inputs.t().mm(grads), None  # I x N (autograd casts it to W's dtype)
+        # I x N | B x I x N (autograd casts it to W's dtype)
+        return inputs.transpose(-2, -1).matmul(grads), None
 
 
 class _StepAddmm(torch.autograd.Function):
@@ -65,7 +70,7 @@ class _StepAddmm(torch.autograd.Function):
         ctx.bias_rows = None if bias is None else (bias.dim() == 2 and bias.size(0) > 1)
         tape.inputs.append(inputs.detach())  # no graph: the tape must not hold a cycle
         if bias is None:
-            return inputs.mm(weight)  # B x N
+            return inputs.matmul(weight)  # B x N | B x 1 x N
         return torch.addmm(bias, inputs, weight)  # B x N
 
     @staticmethod
@@ -78,14 +83,15 @@ class _StepAddmm(torch.autograd.Function):
             grad_bias = grad if ctx.bias_rows else grad.sum(0, keepdim=True)
         if ctx.needs_input_grad[1]:
             # under autocast the forward ran in half precision and W may be fp32
-            grad_inputs = grad.mm(weight.t().to(grad.dtype))  # B x I
+            grad_inputs = grad.matmul(weight.transpose(-2, -1).to(grad.dtype))  # B x I | B x 1 x I
         return grad_bias, grad_inputs, None, None
 
 
 class LoopWeight:
     """``weight_t`` (I x N, already transposed) for one forward pass of a loop.
 
-    ``addmm(bias, x)`` = bias + x W, with ``bias`` B x N, 1 x N, N or None. Build
+    ``addmm(bias, x)`` = bias + x W, with ``bias`` B x N, 1 x N, N or None (a
+    batched weight, B x I x N, takes None and x B x 1 x I). Build
     one per forward call: the tape lives as long as that call's graph."""
 
     def __init__(self, weight_t: Tensor):
@@ -106,7 +112,7 @@ class LoopWeight:
     def addmm(self, bias: Optional[Tensor], inputs: Tensor) -> Tensor:
         if not self.taped:
             if bias is None:
-                return inputs.mm(self.weight_t)  # B x N
+                return inputs.matmul(self.weight_t)  # B x N | B x 1 x N
             return torch.addmm(bias, inputs, self.weight_t)  # B x N
         if bias is not None and bias.dim() == 1:
             bias = bias.unsqueeze(0)  # 1 x N

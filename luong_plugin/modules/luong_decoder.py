@@ -48,10 +48,17 @@ from torch import Tensor
 
 from . import luong_loop
 from .attention import LuongAttention
+from .attention_step import StepSource, fused_step, runs_fused
 from .dropout import DropoutLSTM, named_dropout
 from .incremental import CachedStateDecoder
 from .loop_weight import LoopWeight
-from .precision import at_least_fp32, mixed_precision, run_dtype, step_attention_precision
+from .precision import (
+    at_least_fp32,
+    full_precision,
+    mixed_precision,
+    run_dtype,
+    step_attention_precision,
+)
 from .source import attention_to_src_layout
 from .windows import PositionWeights
 
@@ -213,23 +220,38 @@ class LuongDecoder(CachedStateDecoder):
         steps: Tensor,
         combine: Optional[LoopWeight] = None,
         position: Optional[PositionWeights] = None,
+        source: Optional[StepSource] = None,
     ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
         """h_t (B x T x H) -> h̃_t (B x T x O), a_t (B x T x S, true order), p_t.
 
-        ``combine``, ``position``: W_c and local-p's W_p, v_p as ``LoopWeight``s
-        inside the fast per-step loop in training (T = 1, luong_loop.py)."""
+        ``combine``, ``position``, ``source``: W_c, local-p's W_p, v_p, and the
+        attended keys and values taped, inside the fast per-step loop in training
+        (T = 1, luong_loop.py); with ``source`` the step's attention is one autograd
+        node where it can be (attention_step.py)."""
         if self.attention is None:
             return query, None, None  # Base: softmax(W_s h_t)
-        with step_attention_precision(query, encoder_out["encoder_out"], self.W_c.weight):
-            context, prob, extras = self.attention(
-                query,
-                proj_keys,
-                encoder_out["encoder_out"],
-                encoder_out["src_pad_mask"],
-                encoder_out["src_lengths"],
-                steps,
-                position=position,
-            )
+        if source is not None and runs_fused(query, source):
+            with full_precision(query.device):  # the taped dtype, fp32 at least
+                context, prob, extras = fused_step(
+                    self.attention,
+                    query,
+                    source,
+                    encoder_out["src_pad_mask"],
+                    encoder_out["src_lengths"],
+                    steps,
+                    position,
+                )
+        else:
+            with step_attention_precision(query, encoder_out["encoder_out"], self.W_c.weight):
+                context, prob, extras = self.attention(
+                    query,
+                    proj_keys,
+                    encoder_out["encoder_out"],
+                    encoder_out["src_pad_mask"],
+                    encoder_out["src_lengths"],
+                    steps,
+                    position=position,
+                )
         joint = torch.cat([context, query], dim=-1)  # B x T x (E + H): [c_t; h_t]
         if combine is None:
             attn_vec = torch.tanh(self.W_c(joint))  # B x T x O: eq. (5)

@@ -14,7 +14,8 @@ the same function with the machinery that makes it fast, tested equal to it
   (``step_weights``);
 - in training, the gradient of each recurrent weight, of W_c and of local-p's
   W_p and v_p is one GEMM over all steps instead of one product per step
-  (``LoopWeight``, loop_weight.py).
+  (``LoopWeight``, loop_weight.py), and so are the gradients of the attended keys
+  and values, whose step is one autograd node (attention_step.py).
 
 ``run(..., feed=False)`` runs the loop without the feed (h̃ is not fed back):
 the per-step path of a no-feed model, to test and time the decoder's fused one.
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .attention_step import step_source
 from .loop_weight import LoopWeight
 from .precision import at_least_fp32, product_dtype
 
@@ -95,10 +97,18 @@ def run(
     layers = step_weights(decoder, C, incremental_state)
     # each weight's gradient as one GEMM over all steps (loop_weight.py)
     weights = [LoopWeight(weight_t) for weight_t, _ in layers]
-    combine = position = None  # eq. (5)'s W_c, eq. (9)'s W_p, v_p: taped in training
+    # eq. (5)'s W_c, eq. (9)'s W_p, v_p, the attended keys and values: taped in training
+    combine = position = source = None
     if decoder.attention is not None and torch.is_grad_enabled():
         combine = LoopWeight(decoder.W_c.weight.t().to(product_dtype(x)))
         position = decoder.attention.window.loop_weights(product_dtype(x))  # local-p only
+        source = step_source(
+            decoder.attention,
+            state.get("proj_keys"),
+            encoder_out["encoder_out"],
+            encoder_out["src_lengths"],
+            position,
+        )  # None where a step's attention takes the plain path (attention_step.py)
     # unbind, not slicing per step: one backward node instead of a B x T x 4H zero-fill per step
     gates_x = input_gates(x, lstm.weight_ih_l0[:, :C], layers[0][1]).unbind(1)  # T x [B x 4H]
     hiddens = list(state["hidden"].unbind(0))  # L x [B x H]
@@ -126,6 +136,7 @@ def run(
             steps[t : t + 1],
             combine,
             position,
+            source,
         )  # B x 1 x O, B x 1 x S, B x 1
         if feed and decoder.dropout_placement == "fairseq":
             attn_vec = decoder.dropout(attn_vec)  # to W_s and fed back

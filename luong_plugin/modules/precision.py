@@ -22,7 +22,8 @@ accumulation, while these stay fp32:
 - the attention of one decoding step (T = 1 in the per-step loop), whose
   B x 1 x S products are too small for bf16 to pay (docs/SPEED.md, "Mixed
   precision"), so it runs in fp32 when the encoder's
-  outputs are fp32 (``step_attention_precision``).
+  outputs are fp32 (``step_attention_precision``); in training, a step's fused
+  attention (attention_step.py) runs in fp32 whatever the encoder's outputs.
 
 The recurrent weights of the per-step loop are cast to bf16 once per call, not
 at every step (``loop_weights``): autocast caches the casts of parameters, not
