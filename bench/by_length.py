@@ -10,9 +10,9 @@ fairseq-train builds them (the Bible corpus' dictionary; ``--precision`` as
 whose targets have ``L`` pieces too, for each ``L``:
 
 - training: target tokens/s of an update (forward, backward, clip, Adam) through the
-  criterion, as fairseq's trainer calls it; local-p also with training's gathered path
-  from one window of source on (``local-p gathered``), where it otherwise takes the masked
-  path below ``TRAIN_GATHER_FROM`` windows;
+  criterion, as fairseq's trainer calls it (a step's attention is the fused node of
+  attention_step.py, over every position); local-p also on the plain path with the
+  gathered window from one window of source on (``local-p gathered``);
 - decoding: beam-5 sentences/s of fairseq's SequenceGenerator with every hypothesis
   forced to ``L`` tokens (``min_len`` = ``max_len``), so every model decodes as many steps.
 
@@ -46,21 +46,24 @@ MODELS = {
     "global": ["--arch", "luong_recommended_global"],
 }  # fmt: skip
 LOCAL = ("local-p", "local-m")  # each timed against global
-# local-p's update again, with training's gathered path from one window of source on
-# (attention.TRAIN_GATHER_FROM = 1) instead of the masked path below TRAIN_GATHER_FROM windows
+# local-p's update again on the plain path (no fused step, attention_step.py) with the
+# gathered window from one window of source on (attention.TRAIN_GATHER_FROM = 1), where
+# the fused step scores every position at every length
 GATHERED = "local-p gathered"
 
 
 def gathering(update):
-    """``update`` run with attention.TRAIN_GATHER_FROM = 1, restored after each call."""
-    from luong_plugin.modules import attention
+    """``update`` run on the plain path with attention.TRAIN_GATHER_FROM = 1 (the loop's
+    ``step_source`` gives no fused step), both restored after each call."""
+    from luong_plugin.modules import attention, luong_loop
 
     def run():
-        kept, attention.TRAIN_GATHER_FROM = attention.TRAIN_GATHER_FROM, 1
+        kept = attention.TRAIN_GATHER_FROM, luong_loop.step_source
+        attention.TRAIN_GATHER_FROM, luong_loop.step_source = 1, lambda *args: None
         try:
             return update()
         finally:
-            attention.TRAIN_GATHER_FROM = kept
+            attention.TRAIN_GATHER_FROM, luong_loop.step_source = kept
 
     return run
 

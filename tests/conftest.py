@@ -146,7 +146,8 @@ def assert_fast_loop_equals_the_paper_loop(model, src_lengths, gathered=False, s
     """The fast input-feeding loop (luong_loop.run) against the decoder's ``paper_loop``
     on one batch, in training with the same dropout masks: every output of the loop and
     every parameter's gradient (float64: to 1e-12 and 1e-10). ``gathered``: the sources
-    are long enough that training takes the gathered attention path; checked too.
+    are long enough that the paper loop's attention (the plain path) gathers the windows,
+    while the fast loop's fused step (attention_step.py) scores every position; checked too.
     Returns the paper loop's gradients."""
     from luong_plugin.modules import attention as attention_module
     from luong_plugin.modules.luong_loop import run

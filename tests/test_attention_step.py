@@ -8,9 +8,11 @@ plain masked path (attention.py, windows.py, plain autograd), and where it runs.
   and every local-p option (renormalised or Luong's G, the logit bound, the detached
   query, eq. (9)'s scale, σ, the rounded centre of old checkpoints, the position
   learning rate scale).
+- Over sources long enough that the plain path gathers the windows, the node (which
+  scores every position) equals the gathered path too.
 - The decoder's training loop takes the node at every step, and takes the plain
-  path where the node does not apply: other scores, frozen W_p, sources that
-  training gathers, a query of another dtype, no gradient; a half encoder's
+  path where the node does not apply: other scores, frozen W_p, a query of another
+  dtype, no gradient; a half encoder's
   output is attended in fp32.
 The whole decoder's fast loop with this node against the paper's loop:
 test_fast_paths.py.
@@ -27,6 +29,7 @@ from luong_plugin.modules.attention_step import fused_step, runs_fused, step_sou
 B, T, H, S = 4, 5, 6, 12
 LENGTHS = [12, 9, 5, 7]
 LEN = torch.tensor(LENGTHS)
+LONG = [24, 9, 17, 5]  # TRAIN_GATHER_FROM windows of D = 2 and more: the plain path gathers
 
 
 def _attention(window, score="general", **options):
@@ -38,17 +41,18 @@ def _attention(window, score="general", **options):
     return attention
 
 
-def _run(attention, fused, round_centre=False):
+def _run(attention, fused, round_centre=False, src_lengths=LENGTHS):
     """T steps of attention from fixed queries; loss on c_t, a_t and p_t. Returns the
     outputs and the gradients of (queries, keys, values, each parameter)."""
     attention.window.round_centre = round_centre
     attention.zero_grad()
     g = torch.Generator().manual_seed(2)
+    S = max(src_lengths)
     queries = torch.randn(B, T, H, dtype=torch.float64, generator=g).requires_grad_()
     keys = torch.randn(B, S, H, dtype=torch.float64, generator=g).requires_grad_()
     values = torch.randn(B, S, H, dtype=torch.float64, generator=g).requires_grad_()
     weights = torch.randn(B, T, S + H, dtype=torch.float64, generator=g)  # either sign
-    lengths = torch.tensor(LENGTHS)
+    lengths = torch.tensor(src_lengths)
     pad = torch.arange(S).unsqueeze(0) >= lengths.unsqueeze(1)  # B x S
     proj_keys = attention.precompute(keys)  # B x S x H
     position = attention.window.loop_weights(torch.float64) if fused else None
@@ -91,13 +95,23 @@ CASES = [
     for b in (0.0, 1.5)
     for d in (False, True)
 ]
+CASES = [case + (LENGTHS,) for case in CASES]
 
 
-@pytest.mark.parametrize("window,score,options,round_centre", CASES, ids=str)
-def test_fused_step_equals_the_plain_path(window, score, options, round_centre):
+CASES += [
+    ("local-m", "general", {}, False, LONG),
+    ("local-p", "general", {"renormalize": True, "logit_bound": 1.5}, False, LONG),
+    ("local-p", "dot", {}, False, LONG),
+]
+
+
+@pytest.mark.parametrize("window,score,options,round_centre,src_lengths", CASES, ids=str)
+def test_fused_step_equals_the_plain_path(window, score, options, round_centre, src_lengths):
     attention = _attention(window, score, **options)
-    plain, plain_grads = _run(attention, False, round_centre)
-    fused, fused_grads = _run(attention, True, round_centre)
+    if src_lengths is LONG:  # the plain path gathers the windows
+        assert max(LONG) >= TRAIN_GATHER_FROM * attention.window.width
+    plain, plain_grads = _run(attention, False, round_centre, src_lengths)
+    fused, fused_grads = _run(attention, True, round_centre, src_lengths)
     for t, (got, want) in enumerate(zip(fused, plain)):
         for name, a, b in zip(("c_t", "a_t", "p_t"), got, want):
             if b is None:
@@ -124,7 +138,7 @@ def test_the_plain_path_where_the_node_does_not_apply():
     assert step_source(local_p, proj_keys, values, LEN, position) is not None
     assert step_source(local_p, proj_keys, values, LEN, None) is None  # W_p, v_p frozen
     long_values = torch.randn(B, TRAIN_GATHER_FROM * local_p.window.width, H, requires_grad=True)
-    assert step_source(local_p, local_p.precompute(long_values), long_values, LEN, position) is None
+    assert step_source(local_p, local_p.precompute(long_values), long_values, LEN, position)
     with torch.no_grad():
         assert step_source(local_p, proj_keys, values, LEN, position) is None
     source = step_source(local_p, proj_keys, values, LEN, position)

@@ -80,7 +80,8 @@ PAPER_LOOP_CASES = (
     + [("global", "general", placement, 2) for placement in ("luong", "zaremba", "fairseq")]
     + [("local-p", "general", "luong", 2)]
 )
-SHORT, LONG = [11, 3, 7], [60, 12, 33]  # LONG: past TRAIN_GATHER_FROM windows, the gathered path
+# LONG: past TRAIN_GATHER_FROM windows, where the plain path gathers
+SHORT, LONG = [11, 3, 7], [60, 12, 33]
 PAPER_LOOP_CASES = [case + (SHORT,) for case in PAPER_LOOP_CASES] + [
     (window, "general", "luong", 1, LONG) for window in ("local-m", "local-p")
 ]

@@ -25,9 +25,10 @@ gradient is known. W_p's and v_p's gradients are taped the same way (windows.py'
 The conventions are windows.py's (p_t real-valued, the window the 2D + 1 positions
 around floor(p_t), positions outside the sentence excluded, ``--position-*``
 options); attention.py's masked path is the reference the tests hold this to
-(tests/test_attention_step.py), for every window and option, in float64. It runs
-where that path would: a step of the loop in training, for local windows over a source shorter
-than ``attention.TRAIN_GATHER_FROM`` windows; anything else takes the plain path. It
+(tests/test_attention_step.py), for every window and option, in float64, and so is
+the gathered path, which the plain path takes for local windows over sources of
+``attention.TRAIN_GATHER_FROM`` windows or more. It runs at every step of the loop in
+training, whatever the source's length; other scores take the plain path. It
 runs in fp32 (fp64 in float64 tests) outside autocast, whatever the model's precision:
 the keys are fp32 already (the decoder's ``initial_state``), the values are cast once
 per pass, and a step's B x 1 x S products run faster in fp32 than in bf16 on a CPU
@@ -44,7 +45,6 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import attention as attention_paths
 from .loop_weight import LoopWeight
 from .precision import at_least_fp32
 from .scores import _BilinearScore
@@ -72,17 +72,15 @@ def step_source(
 ) -> Optional[StepSource]:
     """The taped keys and values for the fused step, or None where the plain path runs:
     a score other than dot and general, local-p with eq. (9)'s weights frozen
-    (``position`` None), a local window over a source that training gathers, or keys
-    and values that take no gradient."""
+    (``position`` None), or keys and values that take no gradient. Local windows take
+    the node at every source length: with it, the masked path trained faster than the
+    gathered one at every length measured, up to 960 pieces (docs/LOCAL_P.md)."""
     window = attention.window
     if not isinstance(attention.score, _BilinearScore) or proj_keys is None:
         return None
     if not isinstance(window, (GlobalWindow, LocalMonotonicWindow, LocalPredictiveWindow)):
         return None
     if isinstance(window, LocalPredictiveWindow) and position is None:
-        return None
-    gathers_from = attention_paths.TRAIN_GATHER_FROM * getattr(window, "width", 0)
-    if window.span is not None and values.size(1) >= gathers_from:
         return None
     if not (torch.is_grad_enabled() and proj_keys.requires_grad and values.requires_grad):
         return None
