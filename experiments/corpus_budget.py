@@ -2,7 +2,7 @@
 
     python -m experiments.corpus_budget [--corpora bible_es_en docs_en_fr_long]
         [--runs NAME ...] [--seeds 1 2] [--minutes 7] [--jobs 2] [--threads 1]
-        [--results DIR] [--out docs/CORPUS_BUDGET.md] [--render-only]
+        [--results DIR] [--out docs/CORPUS_BUDGET.md] [--title TITLE] [--render-only]
 
 The equal-time companion of experiments/corpus_compare.py, which compares the same runs
 per update: by default ``corpus_compare.MAIN_RUNS`` (local-p with the demo's settings and
@@ -147,8 +147,12 @@ def _shown(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def render(path: str = PAGE, root: str = RESULTS) -> None:
-    """The page, from the JSON files under ``root`` alone."""
+TITLE = "make demo's choices at equal time on two corpora"
+
+
+def render(path: str = PAGE, root: str = RESULTS, title: str = TITLE, runs=MAIN_RUNS) -> None:
+    """The page, from the JSON files under ``root`` alone; ``runs``: those it says are
+    not run yet where a seed lacks them."""
     by_corpus = {c: harness.load_results(results_dir(c, root)) for c in CORPORA}
     every = {(c, *k): r for c, results in by_corpus.items() for k, r in results.items()}
     budget = (
@@ -167,7 +171,7 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         "or one seed's value with its seed. How each corpus is built and its lengths: its "
         "recipe's README."
     )
-    lines = ["# make demo's choices at equal time on two corpora", "", textwrap.fill(paragraph, 92)]
+    lines = [f"# {title}", "", textwrap.fill(paragraph, 92)]
     for corpus, (recipe, data, src, tgt) in CORPORA.items():
         results = by_corpus[corpus]
         if not results:
@@ -193,7 +197,7 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         )
         lines += ["", f"Signatures: {bleu_sigs} (BLEU), {chrf_sigs} (chrF2)."]
         seeds = sorted({1, 2} | {s for _, s in results})
-        todo = [f"`{n}` seed {s}" for s in seeds for n in MAIN_RUNS if (n, s) not in results]
+        todo = [f"`{n}` seed {s}" for s in seeds for n in runs if (n, s) not in results]
         if todo:
             lines += ["", "Not run yet: " + ", ".join(todo) + "."]
     notes = os.path.join(root, NOTES)
@@ -233,6 +237,7 @@ def parse_args(argv=None):
     p.add_argument("--python", default=harness.PYTHON)
     p.add_argument("--results", default=RESULTS, help="folder of the JSON results")
     p.add_argument("--out", default=PAGE)
+    p.add_argument("--title", default=TITLE, help="the page's title")
     p.add_argument("--render-only", action="store_true")
     # fmt: on
     args = p.parse_args(argv)
@@ -270,7 +275,7 @@ def main(argv=None):
             print(f"[{i}/{len(todo)}] {corpus} {name} seed {seed}: starts "
                   f"({time.strftime('%H:%M')})", flush=True)  # fmt: skip
             r = train(corpus, name, seed, args)
-            render(args.out, args.results)
+            render(args.out, args.results, args.title, args.runs)
             print(f"[{i}/{len(todo)}] {corpus} {name} seed {seed}: {r['updates']} updates, best "
                   f"valid ppl {r['best_valid_ppl']}, sacreBLEU {r['bleu']}, chrF2 {r['chrf']} "
                   f"({time.strftime('%H:%M')})", flush=True)  # fmt: skip
@@ -285,7 +290,7 @@ def main(argv=None):
         for future in futures:
             if not future.cancelled():
                 future.result()  # raises the first failure
-    render(args.out, args.results)
+    render(args.out, args.results, args.title, args.runs)
     print(f"wrote {args.out}")
 
 

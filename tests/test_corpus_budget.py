@@ -57,6 +57,15 @@ def test_the_page_shows_each_corpus_table_from_its_results(tmp_path):
     assert "(7 minutes of training, 1 thread(s) a run, 2 run(s) at once)" in paragraph
 
 
+def test_a_page_of_another_budget_names_it_and_the_runs_it_asked_for(tmp_path):
+    save(tmp_path, result("global", 1))
+    page = tmp_path / "PAGE.md"
+    corpus_budget.render(str(page), str(tmp_path), "At 15 minutes", ["local-p", "global"])
+    text = page.read_text()
+    assert text.startswith("# At 15 minutes\n")
+    assert "Not run yet: `local-p` seed 1, `local-p` seed 2, `global` seed 2." in text
+
+
 def test_the_sittings_notes_close_the_page_when_written(tmp_path):
     save(tmp_path, result("global", 1))
     page = tmp_path / "PAGE.md"
