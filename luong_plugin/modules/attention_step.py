@@ -2,7 +2,7 @@
 gradients as one product over all steps.
 
 In the input-feeding decoder's loop (luong_loop.py) attention runs once per target
-step. Its plain path (attention.py's masked path, windows.py) records some twenty
+step. Its plain path (attention.py's masked path, windows.py) records a dozen and more
 autograd nodes a step for local-p (eq. (9)'s position network, the window's mask,
 eq. (10)'s Gaussian, the softmax, the two products), and the backward of the two
 products computes, at every step, a B x S x K gradient for the keys and a B x S x E
