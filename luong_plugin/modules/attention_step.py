@@ -74,7 +74,7 @@ def step_source(
     a score other than dot and general, local-p with eq. (9)'s weights frozen
     (``position`` None), or keys and values that take no gradient. Local windows take
     the node at every source length: with it, the masked path trained faster than the
-    gathered one at every length measured, up to 960 pieces (docs/LOCAL_P.md)."""
+    gathered one at every length measured, up to 480 pieces (docs/LOCAL_P.md)."""
     window = attention.window
     if not isinstance(attention.score, _BilinearScore) or proj_keys is None:
         return None
