@@ -19,8 +19,8 @@ per step with its backward written out:
 
 and leaves the keys' and values' gradients to ``LoopWeight``s (loop_weight.py):
 Σ_t g_tᵀ h_t and Σ_t probs_tᵀ ∂L/∂c_t, one batched product each once every step's
-gradient is known. W_p's and v_p's gradients are taped the same way (windows.py's
-``_PositionStep``).
+gradient is known. Eq. (9) and W_p's and v_p's taped gradients are windows.py's
+``position_step`` and ``position_step_grad``, which ``_PositionStep`` runs too.
 
 The conventions are windows.py's (p_t real-valued, the window the 2D + 1 positions
 around floor(p_t), positions outside the sentence excluded, ``--position-*``
@@ -53,7 +53,8 @@ from .windows import (
     LocalMonotonicWindow,
     LocalPredictiveWindow,
     PositionWeights,
-    _logit_gradient,
+    position_step,
+    position_step_grad,
 )
 
 
@@ -159,16 +160,12 @@ class _AttentionStep(torch.autograd.Function):
         hidden = logit = s = distance = prior = None
         position_steps = None
         if local_p:
-            x = query.to(w_p.dtype)  # B x H
-            hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
-            logit = hidden.mm(v_p)  # B x 1
-            s = torch.sigmoid(logit)  # B x 1
-            p_t = scale * s  # B x 1: eq. (9)
-            position_steps = (position.W_p.record(x), position.v_p.record(hidden))
+            p_t, (hidden, logit, s), position_steps = position_step(
+                query, w_p, v_p, scale, position
+            )  # B x 1: eq. (9)
             mid = torch.floor(p_t + 0.5 if window.round_centre else p_t)  # B x 1
         elif window.span is not None:  # local-m: p_t = t, clipped to the sentence
-            mid = torch.minimum(steps.view(1, 1), (src_lengths - 1).unsqueeze(1))  # B x 1
-            p_t = mid.to(positions.dtype)  # B x 1
+            p_t, mid = window.centre(q, steps, src_lengths)  # B x 1 each
         else:
             p_t = query.new_zeros(query.size(0), 1)  # B x 1: global attention has none
         if window.span is not None:
@@ -223,12 +220,11 @@ class _AttentionStep(torch.autograd.Function):
                 from_g = torch.linalg.vecdot(grad_log_g, distance).unsqueeze(1) / saved.sigma**2
                 grad_p = from_g if grad_p is None else grad_p + from_g  # B x 1
         if grad_p is not None:
-            grad_logit = _logit_gradient(grad_p, logit, s, scale, saved.bound)  # B x 1
-            step_w, step_v = saved.position_steps
-            ctx.position.v_p.record_grad(step_v, grad_logit)
-            grad_pre = (grad_logit.mm(v_p.t()) * (1 - hidden * hidden)).to(w_p.dtype)  # B x H
-            ctx.position.W_p.record_grad(step_w, grad_pre)
-            if not saved.detach_query:
-                from_p = grad_pre.mm(w_p.t()).to(saved.query_dtype)  # B x H
+            # B x H, or None with --position-detach-query
+            from_p = position_step_grad(
+                grad_p, w_p, v_p, (hidden, logit, s), scale, saved.bound, ctx.position,
+                saved.position_steps, saved.detach_query, saved.query_dtype,
+            )  # fmt: skip
+            if from_p is not None:
                 grad_query = from_p if grad_query is None else grad_query + from_p
         return (grad_query, *none)

@@ -232,6 +232,37 @@ class _PredictedPosition(torch.autograd.Function):
         return _logit_gradient(grad, logit, s, scale, ctx.bound), None, None
 
 
+def position_step(query: Tensor, w_p: Tensor, v_p: Tensor, scale: Tensor, weights):
+    """Eq. (9) for one step of the decoder's loop in training, p_t = S · σ(v_pᵀ tanh(W_p h_t))
+    (B x 1) for h_t ``query`` (B x H), with the products' inputs recorded on ``weights``'
+    ``LoopWeight``s. Returns p_t, what ``position_step_grad`` reads (tanh(W_p h_t), the
+    logit, its sigmoid) and the two tape steps. Inside an autograd Function's forward."""
+    x = query.to(w_p.dtype)  # B x H
+    hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
+    logit = hidden.mm(v_p)  # B x 1
+    s = torch.sigmoid(logit)  # B x 1
+    steps = (weights.W_p.record(x), weights.v_p.record(hidden))
+    return scale * s, (hidden, logit, s), steps  # p_t: B x 1
+
+
+def position_step_grad(
+    grad, w_p, v_p, kept, scale, bound: float, weights, steps, detach_query: bool, query_dtype
+):
+    """``position_step``'s backward: eq. (9)'s chain rule from ∂L/∂p_t (``grad``, B x 1),
+    W_p's and v_p's step gradients recorded on their tapes; returns ∂L/∂h_t (B x H), or
+    None with ``--position-detach-query``."""
+    hidden, logit, s = kept
+    grad_logit = _logit_gradient(grad, logit, s, scale, bound)  # B x 1
+    step_w, step_v = steps
+    weights.v_p.record_grad(step_v, grad_logit)
+    grad_pre = grad_logit.mm(v_p.t()) * (1 - hidden * hidden)  # B x H: through tanh
+    grad_pre = grad_pre.to(w_p.dtype)
+    weights.W_p.record_grad(step_w, grad_pre)
+    if detach_query:  # --position-detach-query: h_t gets nothing from eq. (9)
+        return None
+    return grad_pre.mm(w_p.t()).to(query_dtype)  # B x H
+
+
 class _PositionStep(torch.autograd.Function):
     """Eq. (9) for one step of the decoder's loop in training, one autograd node:
     p_t = S · σ(v_pᵀ tanh(W_p h_t)), h_t B x H, S (``scale``) as in
@@ -242,29 +273,20 @@ class _PositionStep(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, w_p, v_p, scale, bound, weights, detach_query=False):
-        x = query.to(w_p.dtype)  # B x H
-        hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
-        logit = hidden.mm(v_p)  # B x 1
-        s = torch.sigmoid(logit)  # B x 1
-        ctx.steps = (weights.W_p.record(x), weights.v_p.record(hidden))
+        p_t, (hidden, logit, s), ctx.steps = position_step(query, w_p, v_p, scale, weights)
         ctx.weights, ctx.bound, ctx.query_dtype = weights, bound, query.dtype
         ctx.detach_query = detach_query
         ctx.save_for_backward(w_p, v_p, hidden, logit, s, scale)
-        return scale * s  # B x 1: p_t
+        return p_t  # B x 1
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         w_p, v_p, hidden, logit, s, scale = ctx.saved_tensors
-        grad_logit = _logit_gradient(grad, logit, s, scale, ctx.bound)  # B x 1
-        step_w, step_v = ctx.steps
-        ctx.weights.v_p.record_grad(step_v, grad_logit)
-        grad_pre = grad_logit.mm(v_p.t()) * (1 - hidden * hidden)  # B x H: through tanh
-        grad_pre = grad_pre.to(w_p.dtype)
-        ctx.weights.W_p.record_grad(step_w, grad_pre)
-        if ctx.detach_query:  # --position-detach-query: h_t gets nothing from eq. (9)
-            return None, None, None, None, None, None, None
-        grad_query = grad_pre.mm(w_p.t()).to(ctx.query_dtype)  # B x H
+        grad_query = position_step_grad(
+            grad, w_p, v_p, (hidden, logit, s), scale, ctx.bound, ctx.weights, ctx.steps,
+            ctx.detach_query, ctx.query_dtype,
+        )  # fmt: skip
         return grad_query, None, None, None, None, None, None
 
 
