@@ -59,6 +59,18 @@ RUNS = {
     "local-p-fgb0": ("local-p with the paper's init (forget-gate bias 0)",
                      ["--arch", "luong_recommended", "--forget-gate-bias", "0", *OURS_PRECISION]),
     "local-p-fp32": ("local-p in fp32", ["--arch", "luong_recommended", "--precision", "fp32"]),
+    # why local-p falls behind global per update late in training: one change at a time
+    "local-p-sigma7": ("local-p with sigma = D/2 = 7 (the paper's sigma for the demo's D)",
+                       ["--arch", "luong_recommended", "--position-sigma", "7", *OURS_PRECISION]),
+    "local-p-d28": ("local-p with D = 28 and sigma = D/2 = 14 (twice the window)",
+                    ["--arch", "luong_recommended", "--window-size", "28", "--position-sigma",
+                     "14", *OURS_PRECISION]),
+    "local-p-lr0.3": ("local-p with eq. (9)'s W_p and v_p moved 0.3x as far per Adam step",
+                      ["--arch", "luong_recommended", "--position-lr-scale", "0.3",
+                       *OURS_PRECISION]),
+    "local-p-detach": ("local-p with eq. (9) passing no gradient into the decoder",
+                       ["--arch", "luong_recommended", "--position-detach-query",
+                        *OURS_PRECISION]),
 }  # fmt: skip
 # the comparison of attention and peers; the rest change one of the demo's settings
 MAIN_RUNS = ["local-p", "local-p-d10", "global", "local-m", "lstm"]
