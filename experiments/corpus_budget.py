@@ -26,7 +26,6 @@ import subprocess
 import textwrap
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from experiments import corpus_compare, harness
 from experiments.budget import cell
@@ -216,11 +215,6 @@ def render(path: str = PAGE, root: str = RESULTS, title: str = TITLE, runs=MAIN_
             f.write("\n".join(lines) + "\n")
 
 
-def _each_once(p, option: str, values) -> None:
-    if len(set(values)) != len(values):
-        p.error(f"{option} {' '.join(map(str, values))}: each once")
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # fmt: off
@@ -248,9 +242,8 @@ def parse_args(argv=None):
             p.error(f"--{option} must be >= 1, got {getattr(args, option)}")
     if min(args.seeds) < 1:
         p.error(f"--seeds must be >= 1, got {' '.join(map(str, args.seeds))}")
-    # the same run twice would train twice at once into one folder
     for option in ("corpora", "runs", "seeds"):
-        _each_once(p, f"--{option}", getattr(args, option))
+        harness.each_once(p, f"--{option}", getattr(args, option))
     args.results = os.path.abspath(args.results)
     if not args.render_only:
         for corpus in args.corpora:
@@ -270,8 +263,8 @@ def main(argv=None):
         print(f"{len(todo)} runs to train, {args.minutes:g} minutes each, {args.jobs} at once, "
               f"{args.threads} thread(s) each", flush=True)  # fmt: skip
 
-        def one(i, item):
-            corpus, name, seed = item
+        def one(numbered):
+            i, (corpus, name, seed) = numbered
             print(f"[{i}/{len(todo)}] {corpus} {name} seed {seed}: starts "
                   f"({time.strftime('%H:%M')})", flush=True)  # fmt: skip
             r = train(corpus, name, seed, args)
@@ -280,16 +273,7 @@ def main(argv=None):
                   f"valid ppl {r['best_valid_ppl']}, sacreBLEU {r['bleu']}, chrF2 {r['chrf']} "
                   f"({time.strftime('%H:%M')})", flush=True)  # fmt: skip
 
-        pool = ThreadPoolExecutor(args.jobs)
-        futures = []
-        try:
-            futures = [pool.submit(one, i, item) for i, item in enumerate(todo, 1)]
-            wait(futures, return_when=FIRST_EXCEPTION)
-        finally:  # a failure or ^C starts no further run; the running ones finish
-            pool.shutdown(wait=True, cancel_futures=True)
-        for future in futures:
-            if not future.cancelled():
-                future.result()  # raises the first failure
+        harness.run_all(one, list(enumerate(todo, 1)), args.jobs)
     render(args.out, args.results, args.title, args.runs)
     print(f"wrote {args.out}")
 

@@ -11,15 +11,15 @@ every ``--validate-every`` updates, so the runs compare learning per update what
 machine's speed: local-p with the demo's settings and with the paper's D = 10 and
 sigma = D/2, global attention, local-m, and fairseq's `lstm` at the same sizes. Each
 finished run writes ``docs/experiments/corpus_compare/CORPUS/NAME.seedK.json`` and
-docs/CORPORA.md is rendered from every corpus's files; a run whose JSON exists is
-skipped, so the study resumes where it stopped.
+docs/CORPORA.md is rendered from every corpus's files; a run whose JSON exists with the
+same options and as many updates is skipped, so the study resumes where it stopped, and
+a run that fails stops the runs not started yet.
 """
 
 import argparse
 import os
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from experiments import harness
 from experiments.compare_runs import OPTIMISATION, SIZES
@@ -169,7 +169,7 @@ def render(path: str = PAGE) -> None:
         f.write("\n".join(lines) + "\n")
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default="docs_en_fr_long", choices=list(CORPORA))
     p.add_argument("--runs", nargs="+", default=MAIN_RUNS, choices=list(RUNS), metavar="NAME",
@@ -184,8 +184,19 @@ def main(argv=None):
     p.add_argument("--out", default=PAGE)
     p.add_argument("--render-only", action="store_true")
     args = p.parse_args(argv)
-    if min(args.updates, args.validate_every, args.jobs, args.threads) < 1:
-        p.error("--updates, --validate-every, --jobs and --threads must be >= 1")
+    for option in ("updates", "validate_every", "jobs", "threads"):
+        if getattr(args, option) < 1:
+            name = "--" + option.replace("_", "-")
+            p.error(f"{name} must be >= 1, got {getattr(args, option)}")
+    if min(args.seeds) < 1:
+        p.error(f"--seeds must be >= 1, got {' '.join(map(str, args.seeds))}")
+    for option in ("runs", "seeds"):
+        harness.each_once(p, f"--{option}", getattr(args, option))
+    return p, args
+
+
+def main(argv=None):
+    p, args = parse_args(argv)
     recipe, data, _, _ = CORPORA[args.corpus]
     if not args.render_only:
         if not os.path.isdir(os.path.join(harness.REPO, data, "bin")):
@@ -200,9 +211,7 @@ def main(argv=None):
             render(args.out)
             print(f"done {name} seed {seed}: ppl {r['valid_ppl'][str(args.updates)]}", flush=True)
 
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for _ in pool.map(one, todo):
-                pass
+        harness.run_all(one, todo, args.jobs)
     render(args.out)
     print(f"wrote {args.out}")
 

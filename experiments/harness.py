@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import subprocess
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "data", "bible_es_en")  # make demo's corpus (recipes/bible_es_en)
@@ -70,6 +71,28 @@ def parse_log(text: str):
     """{updates: valid ppl} and the last training wall seconds of a fairseq-train log."""
     walls = [int(m.group(1)) for m in WALL.finditer(text)]
     return valid_ppl(text), (walls[-1] if walls else None)
+
+
+def each_once(parser, option: str, values) -> None:
+    """A parse-time error when ``option`` names a value twice: the same run twice would
+    train twice at once into one folder."""
+    if len(set(values)) != len(values):
+        parser.error(f"{option} {' '.join(map(str, values))}: each once")
+
+
+def run_all(one, items, jobs: int) -> None:
+    """``one(item)`` for every item, ``jobs`` at once. A failure, or ^C, starts no further
+    item; the running ones finish, then the first failure is raised."""
+    pool = ThreadPoolExecutor(jobs)
+    futures = []
+    try:
+        futures = [pool.submit(one, item) for item in items]
+        wait(futures, return_when=FIRST_EXCEPTION)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for future in futures:
+        if not future.cancelled():
+            future.result()
 
 
 def read_json(path: str):
