@@ -126,6 +126,7 @@ def train(corpus: str, name: str, seed: int, args) -> dict:
         "threads": args.threads, "jobs_at_once": args.jobs, "options": options,
         "updates": scores["training"]["updates"], "wall_s": scores["training"]["wall_s"],
         "best_valid_ppl": scores["training"]["valid_ppl"],
+        "best_checkpoint": scores["training"]["best_checkpoint"],  # the one decoded
         "valid_ppl": {str(u): p for u, p in sorted(valid.items())},
         "bleu": scores["bleu"], "chrf": scores["chrf"],
         "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
@@ -165,8 +166,11 @@ def render(path: str = PAGE, root: str = RESULTS, title: str = TITLE, runs=MAIN_
         "Each run trains the demo's sizes and optimisation (1 x 256, Adam 0.003 with betas "
         "(0.9, 0.98), gradient norm 1, 2,000-token batches, label smoothing 0.1) for the same "
         f"wall time ({budget}), validating at every epoch end; its best checkpoint by valid loss "
-        "decodes the corpus's test split with beam 5, scored on the detokenised text with "
-        "sacreBLEU and chrF2 (signatures below each table). Cells are `mean (seed 1 / seed 2)`, "
+        "(label-smoothed) decodes the corpus's test split with beam 5, scored on the "
+        "detokenised text with sacreBLEU and chrF2 (signatures below each table). `best valid "
+        "ppl` is the lowest perplexity of any validation, which can be another one than the "
+        "checkpoint decoded (the JSON's `best_checkpoint` names that one where it was recorded, "
+        "from 2026-11-27 on). Cells are `mean (seed 1 / seed 2)`, "
         "or one seed's value with its seed. How each corpus is built and its lengths: its "
         "recipe's README."
     )

@@ -71,6 +71,41 @@ def test_report_scores_with_signatures(tmp_path, capsys):
     assert saved["training"] is None  # no --train-log given
 
 
+TRAIN_LOG = """\
+2026-11-25 23:30:01 | INFO | train_inner | epoch 001:    100 / 560 loss=9.1, ppl=550.2, num_updates=100, wall=40
+2026-11-25 23:33:10 | INFO | valid | epoch 008 | valid on 'valid' subset | loss 4.402 | nll_loss 2.993 | ppl 7.96 | wps 9000 | num_updates 4480 | best_loss 4.402
+2026-11-25 23:34:50 | INFO | valid | epoch 009 | valid on 'valid' subset | loss 4.466 | nll_loss 3.015 | ppl 8.1 | wps 9000 | num_updates 5040 | best_loss 4.402
+2026-11-25 23:35:40 | INFO | valid | epoch 010 | valid on 'valid' subset | loss 4.405 | nll_loss 2.991 | ppl 7.95 | wps 9000 | num_updates 5320 | best_loss 4.402
+2026-11-25 23:35:41 | INFO | fairseq_cli.train | done training in 900.2 seconds
+2026-11-25 23:35:41 | INFO | train | epoch 010 | loss 4.1 | num_updates 5320 | wall 901
+"""
+
+
+def test_report_names_the_validation_checkpoint_best_holds(tmp_path, capsys):
+    """The lowest perplexity (5,320) and the lowest label-smoothed loss, by which fairseq
+    keeps checkpoint_best.pt (4,480), are two validations here: both are reported."""
+    gen = tmp_path / "gen.txt"
+    gen.write_text(OUTPUT, encoding="utf-8")
+    ref = tmp_path / "test.en"
+    ref.write_text("In the beginning God created\nthe house of the Lord\n", encoding="utf-8")
+    log = tmp_path / "train.log"
+    log.write_text(TRAIN_LOG, encoding="utf-8")
+    report_main([str(gen), "--reference", str(ref), "--out-dir", str(tmp_path),
+                 "--train-log", str(log)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "training: 5320 updates in 901 s, best valid perplexity 7.95" in out
+    assert "checkpoint_best.pt holds update 4480: valid loss 4.402, perplexity 7.96" in out
+    training = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["training"]
+    assert training["valid_ppl"] == 7.95 and training["updates"] == 5320
+    assert training["best_checkpoint"] == {"update": 4480, "valid_loss": 4.402, "valid_ppl": 7.96}
+    # a later validation of the same loss replaces it, as fairseq's `<=` does
+    log.write_text(TRAIN_LOG.replace("loss 4.405 |", "loss 4.402 |"), encoding="utf-8")
+    report_main([str(gen), "--reference", str(ref), "--out-dir", str(tmp_path),
+                 "--train-log", str(log)])  # fmt: skip
+    training = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["training"]
+    assert training["best_checkpoint"]["update"] == 5320
+
+
 def test_report_scores_output_decoded_without_alignments(tmp_path, capsys):
     gen = tmp_path / "gen.txt"
     gen.write_text(

@@ -44,7 +44,8 @@ def report(bleu, updates):
     return {
         "sentences": 999, "bleu": bleu, "chrf": bleu + 20, "bleu_signature": "nrefs:1|tok:13a",
         "chrf_signature": "nrefs:1|nc:6",
-        "training": {"updates": updates, "wall_s": 900, "valid_ppl": 19.9},
+        "training": {"updates": updates, "wall_s": 900, "valid_ppl": 19.9,
+                     "best_checkpoint": {"update": 1120, "valid_loss": 4.5, "valid_ppl": 19.9}},
     }  # fmt: skip
 
 
@@ -62,6 +63,7 @@ def test_runs_write_results_render_and_resume(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "results" / "demo.seed1.json").read_text())
     assert saved["updates"] == 3000 and saved["bleu"] == 30.0 and saved["chrf"] == 50.0
     assert saved["valid_ppl"] == {"560": 51.4, "1120": 19.9}
+    assert saved["best_checkpoint"]["update"] == 1120  # the validation decoded
     # the finished runs are skipped; seed 2 of the demo runs
     budget.main(["--runs", "demo", "--seeds", "1", "2", "--minutes", "0.5", "--out", str(out)])
     assert len(seen) == 3 and seen[2]["SEED"] == "2" and seen[2]["PEER"] == ""

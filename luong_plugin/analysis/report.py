@@ -27,16 +27,30 @@ def score(hypotheses, references):
     )
 
 
+VALIDATION = re.compile(r"\| valid \|.*?\| loss ([0-9.]+) .*?\| ppl ([0-9.]+) .*?num_updates (\d+)")
+
+
 def training_summary(path):
-    """Wall time, updates and best valid perplexity from a fairseq-train log."""
+    """Wall time, updates and valid perplexity from a fairseq-train log: ``valid_ppl``,
+    the lowest of every validation, and ``best_checkpoint``, the validation that
+    checkpoint_best.pt holds (update, loss, ppl). fairseq keeps the checkpoint of the
+    lowest valid *loss* (label-smoothed under that criterion; a later equal loss
+    replaces it) and the perplexity comes from the unsmoothed nll, so the two can name
+    different validations."""
     if not path or not os.path.exists(path):
         return None
     text = open(path, encoding="utf-8").read()
-    ppl = [float(p) for p in re.findall(r"\| valid \|.*?\| ppl ([0-9.]+)", text)]
+    validations = [(float(loss), float(ppl), int(update))
+                   for loss, ppl, update in VALIDATION.findall(text)]  # fmt: skip
     wall = re.findall(r"\| wall (\d+)", text)
     updates = re.findall(r"num_updates[ =](\d+)", text)
+    best = None
+    for loss, ppl, update in validations:
+        if best is None or loss <= best["valid_loss"]:
+            best = {"update": update, "valid_loss": loss, "valid_ppl": ppl}
     return {
-        "valid_ppl": min(ppl) if ppl else None,
+        "valid_ppl": min(ppl for _, ppl, _ in validations) if validations else None,
+        "best_checkpoint": best,
         "wall_s": int(wall[-1]) if wall else None,
         "updates": int(updates[-1]) if updates else None,
     }
@@ -82,6 +96,10 @@ def main(argv=None):
                 **summary
             )
         )
+        best = summary["best_checkpoint"]
+        if best is not None:
+            print(f"checkpoint_best.pt holds update {best['update']}: valid loss "
+                  f"{best['valid_loss']}, perplexity {best['valid_ppl']}")  # fmt: skip
     print(f"sacreBLEU {bleu.score:.2f}  ({bleu_sig})")
     print(f"chrF2     {chrf.score:.2f}  ({chrf_sig})")
     with open(os.path.join(args.out_dir, "report.json"), "w", encoding="utf-8") as f:
