@@ -65,6 +65,10 @@ RUNS = {
     "local-p-d28": ("local-p with D = 28 and sigma = D/2 = 14 (twice the window)",
                     ["--arch", "luong_recommended", "--window-size", "28", "--position-sigma",
                      "14", *OURS_PRECISION]),
+    "local-p-d28-sigma7": ("local-p with D = 28 and sigma 7 (the window of `local-p-d28`, "
+                           "the Gaussian of `local-p-sigma7`)",
+                           ["--arch", "luong_recommended", "--window-size", "28",
+                            "--position-sigma", "7", *OURS_PRECISION]),
     "local-p-lr0.3": ("local-p with eq. (9)'s W_p and v_p moved 0.3x as far per Adam step",
                       ["--arch", "luong_recommended", "--position-lr-scale", "0.3",
                        *OURS_PRECISION]),
