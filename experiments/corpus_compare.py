@@ -146,7 +146,9 @@ def render(path: str = PAGE) -> None:
         "smoothing 0.1) for a fixed number of updates (each JSON has its threads and how many",
         "runs trained at once); cells give the valid perplexity as `mean (seed 1 / seed 2)`, lower",
         "is better. Runs compare per update only: they trained beside other work, so their speeds",
-        "say nothing.",
+        "say nothing. The last column gives each seed's commit: the fused attention step",
+        "(2026-11-27) changed the rounding of our models' training, so a run repeated across it",
+        "follows another trajectory from the same seed.",
         "How each corpus is built and its lengths: its recipe's README. The same configurations at",
         "equal wall time, with BLEU and chrF2 on the test split: [CORPUS_BUDGET.md](CORPUS_BUDGET.md).",
     ]
@@ -162,13 +164,15 @@ def render(path: str = PAGE) -> None:
             "",
             f"Sitting: {harness.sittings(results)}. Data: `docs/experiments/corpus_compare/{corpus}/`.",
             "",
-            "| run | what | " + " | ".join(f"ppl @ {u}" for u in shown) + " |",
-            "|---|---|" + "---|" * len(shown),
+            "| run | what | " + " | ".join(f"ppl @ {u}" for u in shown) + " | commit |",
+            "|---|---|" + "---|" * len(shown) + "---|",
         ]
         for name, (what, _) in RUNS.items():
-            if any(n == name for n, _ in results):
+            seeds = sorted(s for n, s in results if n == name)
+            if seeds:
                 cells = [cell(results, name, u) for u in shown]
-                lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
+                commits = " / ".join(results[(name, s)]["commit"] for s in seeds)
+                lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + f" | {commits} |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -66,3 +66,20 @@ def test_a_failed_run_stops_the_runs_not_started(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="docs_en_fr_long global seed 1 failed"):
         corpus_compare.main(argv)
     assert started == [("global", 1)]
+
+
+def test_the_page_gives_each_run_its_seeds_cells_and_commits(monkeypatch, tmp_path):
+    monkeypatch.setattr(corpus_compare, "results_dir", lambda corpus: str(tmp_path / corpus))
+    (tmp_path / "docs_en_fr_long").mkdir()
+    for seed, commit, ppl in ((1, "abc1234", {"500": 40.0, "750": 30.0, "1000": 20.0}),
+                              (2, "def5678", {"500": 50.0, "750": 35.0})):  # fmt: skip
+        r = {"name": "global", "seed": seed, "commit": commit, "valid_ppl": ppl,
+             "started": "2026-11-27 05:00", "machine": "AMD EPYC, 2 cores"}  # fmt: skip
+        (tmp_path / "docs_en_fr_long" / f"global.seed{seed}.json").write_text(json.dumps(r))
+    page = tmp_path / "CORPORA.md"
+    corpus_compare.render(str(page))
+    text = page.read_text()
+    assert "| run | what | ppl @ 500 | ppl @ 1000 | commit |" in text  # multiples of 500
+    row = next(line for line in text.splitlines() if line.startswith("| `global` |"))
+    assert "| 45.00 (40.00 / 50.00) | 20.00 (seed 1) | abc1234 / def5678 |" in row
+    assert "## `docs_en_fr` " not in text  # a corpus without results has no section
