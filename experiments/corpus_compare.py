@@ -9,7 +9,8 @@ This study trains the same recommended models on a corpus prepared by another re
 keeps the pairs of 10 English words or more) for a fixed number of updates, validating
 every ``--validate-every`` updates, so the runs compare learning per update whatever the
 machine's speed: local-p with the demo's settings and with the paper's D = 10 and
-sigma = D/2, global attention, local-m, and fairseq's `lstm` at the same sizes. Each
+sigma = D/2, global attention, local-m, and fairseq's `lstm` at the same sizes; the
+other ``RUNS`` are the demo's local-p with one setting changed. Each
 finished run writes ``docs/experiments/corpus_compare/CORPUS/NAME.seedK.json`` and
 docs/CORPORA.md is rendered from every corpus's files; a run whose JSON exists with the
 same options and as many updates is skipped, so the study resumes where it stopped, and
