@@ -241,11 +241,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not args.minutes > 0:  # also refuses nan
         p.error(f"--minutes must be > 0, got {args.minutes}")
-    for option in ("jobs", "threads"):
-        if getattr(args, option) < 1:
-            p.error(f"--{option} must be >= 1, got {getattr(args, option)}")
-    if min(args.seeds) < 1:
-        p.error(f"--seeds must be >= 1, got {' '.join(map(str, args.seeds))}")
+    harness.at_least_one(p, args, ("jobs", "threads", "seeds"))
     for option in ("corpora", "runs", "seeds"):
         harness.each_once(p, f"--{option}", getattr(args, option))
     args.results = os.path.abspath(args.results)

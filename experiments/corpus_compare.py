@@ -193,12 +193,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=PAGE)
     p.add_argument("--render-only", action="store_true")
     args = p.parse_args(argv)
-    for option in ("updates", "validate_every", "jobs", "threads"):
-        if getattr(args, option) < 1:
-            name = "--" + option.replace("_", "-")
-            p.error(f"{name} must be >= 1, got {getattr(args, option)}")
-    if min(args.seeds) < 1:
-        p.error(f"--seeds must be >= 1, got {' '.join(map(str, args.seeds))}")
+    harness.at_least_one(p, args, ("updates", "validate_every", "jobs", "threads", "seeds"))
     for option in ("runs", "seeds"):
         harness.each_once(p, f"--{option}", getattr(args, option))
     return p, args

@@ -73,6 +73,17 @@ def parse_log(text: str):
     return valid_ppl(text), (walls[-1] if walls else None)
 
 
+def at_least_one(parser, args, names) -> None:
+    """A parse-time error naming the first of ``names`` (argparse dests: a count, or a
+    list of them such as seeds) that holds a value below 1."""
+    for name in names:
+        value = getattr(args, name)
+        values = value if isinstance(value, list) else [value]
+        if min(values) < 1:
+            option = "--" + name.replace("_", "-")
+            parser.error(f"{option} must be >= 1, got {' '.join(map(str, values))}")
+
+
 def each_once(parser, option: str, values) -> None:
     """A parse-time error when ``option`` names a value twice: the same run twice would
     train twice at once into one folder."""
