@@ -48,8 +48,12 @@ format: setup
 	$(PY) -m isort --quiet $(LINTED)
 	$(PY) -m black --quiet $(LINTED)
 
+# The suite in TEST_JOBS processes (pytest-xdist), a file's tests in one process, so that
+# a file's module and session fixtures are built once; every test runs on one thread
+# (tests/conftest.py), and most of the suite's time is one-thread fairseq subprocesses.
+TEST_JOBS ?= 2
 test: setup sword lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile tests
 
 # The main job: real Spanish->English text, trained and evaluated on the CPU (~20 min).
 demo: setup sword
