@@ -70,6 +70,16 @@ RUNS = {
                            "the Gaussian of `local-p-sigma7`)",
                            ["--arch", "luong_recommended", "--window-size", "28",
                             "--position-sigma", "7", *OURS_PRECISION]),
+    # which half of local-p-d28 does it: its Gaussian in the demo's window, its window
+    # with the demo's Gaussian
+    "local-p-sigma14": ("local-p with sigma 14 in the demo's window (the Gaussian of "
+                        "`local-p-d28`)",
+                        ["--arch", "luong_recommended", "--position-sigma", "14",
+                         *OURS_PRECISION]),
+    "local-p-d28-sigma5": ("local-p with D = 28 and the demo's sigma 5 (the window of "
+                           "`local-p-d28`)",
+                           ["--arch", "luong_recommended", "--window-size", "28",
+                            "--position-sigma", "5", *OURS_PRECISION]),
     "local-p-lr0.3": ("local-p with eq. (9)'s W_p and v_p moved 0.3x as far per Adam step",
                       ["--arch", "luong_recommended", "--position-lr-scale", "0.3",
                        *OURS_PRECISION]),
