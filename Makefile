@@ -49,8 +49,8 @@ format: setup
 	$(PY) -m black --quiet $(LINTED)
 
 # The suite in TEST_JOBS processes (pytest-xdist), a file's tests in one process, so that
-# a file's module and session fixtures are built once; every test runs on one thread
-# (tests/conftest.py), and most of the suite's time is one-thread fairseq subprocesses.
+# a file's module fixtures are built once (session fixtures once per process); every test
+# runs on one thread (tests/conftest.py), its fairseq subprocesses too.
 TEST_JOBS ?= 2
 test: setup sword lint
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile tests

@@ -136,7 +136,7 @@ def render(path: str) -> None:
         "row names, trained for the same wall time, then beam 5 on the 999 test verses with",
         "fairseq's best checkpoint (the lowest label-smoothed valid loss); `best valid ppl` is",
         "the lowest perplexity of any validation, which can be another one (the JSON's",
-        "`best_checkpoint` names the decoded one where it was recorded, from 2026-11-27 on).",
+        "`best_checkpoint` names the decoded one where it was recorded, from commit 4e33ba0 on).",
         "Cells are `mean (seed 1 / seed 2)`. The runs went one after the other, seed by seed, on",
         f"{machine if results else 'one machine'},",
         "in sittings whose dates and commits are listed below the table: the machine's speed",

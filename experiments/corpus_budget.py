@@ -170,7 +170,7 @@ def render(path: str = PAGE, root: str = RESULTS, title: str = TITLE, runs=MAIN_
         "detokenised text with sacreBLEU and chrF2 (signatures below each table). `best valid "
         "ppl` is the lowest perplexity of any validation, which can be another one than the "
         "checkpoint decoded (the JSON's `best_checkpoint` names that one where it was recorded, "
-        "from 2026-11-27 on). Cells are `mean (seed 1 / seed 2)`, "
+        "from commit 4e33ba0 on). Cells are `mean (seed 1 / seed 2)`, "
         "or one seed's value with its seed. How each corpus is built and its lengths: its "
         "recipe's README."
     )
