@@ -19,7 +19,7 @@ per step with its backward written out:
 
 and leaves the keys' and values' gradients to ``LoopWeight``s (loop_weight.py):
 Σ_t g_tᵀ h_t and Σ_t probs_tᵀ ∂L/∂c_t, one batched product each once every step's
-gradient is known. Eq. (9) and W_p's and v_p's taped gradients are windows.py's
+gradient is known. Eq. (9) and W_p's and v_p's taped gradients are position_network.py's
 ``position_step`` and ``position_step_grad``, which ``_PositionStep`` runs too.
 
 The conventions are windows.py's (p_t real-valued, the window the 2D + 1 positions
@@ -46,16 +46,10 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .loop_weight import LoopWeight
+from .position_network import position_step, position_step_grad
 from .precision import at_least_fp32
 from .scores import _BilinearScore
-from .windows import (
-    GlobalWindow,
-    LocalMonotonicWindow,
-    LocalPredictiveWindow,
-    PositionWeights,
-    position_step,
-    position_step_grad,
-)
+from .windows import GlobalWindow, LocalMonotonicWindow, LocalPredictiveWindow, PositionWeights
 
 
 class StepSource(NamedTuple):
