@@ -41,7 +41,7 @@ Debian package unpacked under one root (``ROOT/PACKAGE/usr/…``):
 ``python luong_plugin/corpora/debian_docs.py extract --root ROOT --out DIR`` writes
 ``{train,valid,test}.{en,fr}``, ``refs.{train,valid,test}`` (``source:path#block``)
 and ``stats.json``; ``packages`` lists the packages and what to unpack from them;
-the length profile is lengths.py's.
+the length profile is lengths.py's, the held-out splits doc_splits.py's.
 """
 
 import argparse
@@ -49,13 +49,18 @@ import collections
 import glob
 import json
 import os
-import random
 import re
 import sys
 import time
 from typing import NamedTuple
 
 if __package__:
+    from luong_plugin.corpora.doc_splits import (  # noqa: F401  (tests read them here)
+        document_of,
+        split_documents,
+        subsample,
+        write_splits,
+    )
     from luong_plugin.corpora.help_pages import (  # noqa: F401  (tests read them here)
         normalise,
         page_blocks,
@@ -67,6 +72,7 @@ if __package__:
     from luong_plugin.corpora.lengths import length_profile
     from luong_plugin.corpora.mo import MoError, clean_ui_pair, read_mo
 else:  # run as a script (prepare.sh does): keeps the package's fairseq import out
+    from doc_splits import document_of, split_documents, subsample, write_splits
     from help_pages import normalise, pair_blocks, read_page, switch_cases
     from lengths import length_profile
     from mo import MoError, clean_ui_pair, read_mo
@@ -116,7 +122,6 @@ ENGLISH_WORDS = frozenset("the and of to is are in that for with this you be it 
 FRENCH_WORDS = frozenset("le la les de des et est en que pour dans une un du vous sur au".split())
 WORD = re.compile(r"\w+")
 URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]*://|www\.)\S*")
-SPLITS = ("train", "valid", "test")
 LANGS = ("en", "fr")
 
 # --------------------------------------------------------------------------- sources
@@ -251,69 +256,6 @@ def extract_documents(root, sources=SOURCES, stats=None, min_words=0):
             if kept:
                 documents.append((doc, kept))
     return documents
-
-
-# --------------------------------------------------------------------------- splits
-
-
-def held_out_eligible(doc):
-    """Only help pages are held out; catalogs (``source:file.mo``) only train."""
-    return not doc.endswith(".mo")
-
-
-def split_documents(documents, seed=1, n_valid=1000, n_test=1000):
-    """Hold out whole documents: ``({split: [(ref, en, fr)]}, {split: docs})``.
-
-    Eligible documents are visited in a seeded order; one goes to valid while it fits
-    in ``n_valid`` pairs, else to test while it fits in ``n_test``, else to train. A
-    document larger than a tenth of a split is not held out in it, so each held-out
-    split has ten documents or more rather than one long page.
-    Valid and test then drop pairs whose English side is in train (test also those in
-    valid), so no held-out source sentence was seen in training.
-    """
-    order = sorted(doc for doc, _ in documents if held_out_eligible(doc))
-    random.Random(seed).shuffle(order)
-    sizes = dict(documents)
-    assignment, size = {}, {"valid": 0, "test": 0}
-    for doc in order:
-        n = len(sizes[doc])
-        for split, limit in (("valid", n_valid), ("test", n_test)):
-            if n <= max(1, limit // 10) and size[split] + n <= limit:
-                assignment[doc], size[split] = split, size[split] + n
-                break
-    splits = {split: [] for split in SPLITS}
-    docs = {split: set() for split in SPLITS}
-    for doc, pairs in documents:
-        split = assignment.get(doc, "train")
-        splits[split].extend(pairs)
-        docs[split].add(doc)
-    seen = {en for _, en, _ in splits["train"]}
-    for split in ("valid", "test"):
-        splits[split] = [pair for pair in splits[split] if pair[1] not in seen]
-        seen |= {en for _, en, _ in splits[split]}
-    return splits, docs
-
-
-def subsample(pairs, n, seed=1):
-    """The first ``n`` pairs after a seeded shuffle, back in their original order."""
-    if n is None or n >= len(pairs):
-        return list(pairs)
-    keep = set(random.Random(seed).sample(range(len(pairs)), n))
-    return [pair for i, pair in enumerate(pairs) if i in keep]
-
-
-def document_of(ref):
-    """``"gimp-help:gimp-tool-crop.html#7.2"`` → ``"gimp-help:gimp-tool-crop.html"``."""
-    return ref.rsplit("#", 1)[0]
-
-
-def write_splits(splits, out_dir):
-    os.makedirs(out_dir, exist_ok=True)
-    for split, pairs in splits.items():
-        for name, column in (("refs", 0), ("en", 1), ("fr", 2)):
-            path = f"refs.{split}" if name == "refs" else f"{split}.{name}"
-            with open(os.path.join(out_dir, path), "w", encoding="utf-8") as f:
-                f.writelines(pair[column] + "\n" for pair in pairs)
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -156,7 +156,7 @@ record "$RAW/.params" "seed=$SEED max_train=$MAX_TRAIN valid=$VALID test=$TEST m
 raw_outputs=("$RAW/stats.json")
 for s in "${SPLITS[@]}"; do raw_outputs+=("$RAW/$s.en" "$RAW/$s.fr" "$RAW/refs.$s"); done
 if stale "${raw_outputs[@]}" -- "$CORPORA/debian_docs.py" "$CORPORA/help_pages.py" \
-  "$CORPORA/mo.py" "$CORPORA/lengths.py" "$RAW/.params" \
+  "$CORPORA/mo.py" "$CORPORA/lengths.py" "$CORPORA/doc_splits.py" "$RAW/.params" \
   "${stamps[@]}"; then
   echo "[extract] $RAW"
   rm -rf "$RAW.tmp"
