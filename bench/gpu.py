@@ -22,7 +22,7 @@ decide the figure. Writes ``results.json`` and ``summary.md`` (device, driver, t
 CUDA, cuDNN; the tables; the targets the project sets for a GPU) under ``--out``, and the logs of failed runs.
 
 On a machine without a package registry, carry the wheels bench/gpu_wheels.sh makes and
-run bench/gpu_run.sh there.
+run bench/gpu_run.sh there. The report and the targets: gpu_report.py.
 """
 
 import argparse
@@ -36,7 +36,12 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from gpu_report import summary, targets  # noqa: E402, F401  (tests read targets here)
+
 USER_DIR = os.path.join(REPO, "luong_plugin")
 MARK = "GPU_BENCH "  # the worker's result line
 
@@ -272,96 +277,6 @@ def decode_all(args, bin_dir, runs_dir):
                 shown = result.get("sentences_per_s") or result.get("error")
                 print(f"[decode] {model} {precision}: {shown}", flush=True)
     return results
-
-
-def best(table: dict, key: str):
-    """(precision, value) of the fastest working setting of one model."""
-    found = [(p, r[key]) for p, r in table.items() if r.get(key)]
-    return max(found, key=lambda pair: pair[1]) if found else (None, None)
-
-
-def targets(train: dict, decode: dict) -> list:
-    """(target, measured, met) rows: the project's targets for a GPU (ours in a half
-    precision >= 1.5x our fp32; global >= 3x fairseq's lstm in its fastest working
-    setting; local-p >= 0.9x global; beam 10 >= 2x lstm), from this run's numbers."""
-    rows = []
-    lstm_best = best(train.get("lstm", {}), "tokens_per_s")
-    for model in ("global", "local-p", "rnnsearch"):
-        table = train.get(model, {})
-        fp32 = table.get("fp32", {}).get("tokens_per_s")
-        for p in ("bf16", "amp", "fp16"):
-            value = table.get(p, {}).get("tokens_per_s")
-            if fp32 and value:
-                rows.append((f"{model} {p} >= 1.5x {model} fp32", f"{value / fp32:.2f}x",
-                             value / fp32 >= 1.5))  # fmt: skip
-    glob = best(train.get("global", {}), "tokens_per_s")
-    if glob[1] and lstm_best[1]:
-        ratio = glob[1] / lstm_best[1]
-        rows.append(
-            (f"global ({glob[0]}) >= 3x lstm ({lstm_best[0]})", f"{ratio:.2f}x", ratio >= 3)
-        )
-    local = best(train.get("local-p", {}), "tokens_per_s")
-    if local[1] and glob[1]:
-        ratio = local[1] / glob[1]
-        rows.append((f"local-p ({local[0]}) >= 0.9x global ({glob[0]})", f"{ratio:.2f}x",
-                     ratio >= 0.9))  # fmt: skip
-    lstm_dec = best(decode.get("lstm", {}), "sentences_per_s")
-    for model in ("global", "local-p", "rnnsearch"):
-        ours = best(decode.get(model, {}), "sentences_per_s")
-        if ours[1] and lstm_dec[1]:
-            ratio = ours[1] / lstm_dec[1]
-            rows.append((f"beam 10: {model} ({ours[0]}) >= 2x lstm ({lstm_dec[0]})",
-                         f"{ratio:.2f}x", ratio >= 2))  # fmt: skip
-    return rows
-
-
-def train_cell(r: dict) -> str:
-    mem = f" ({r['peak_gib']:.1f} GiB)" if r.get("peak_gib") else ""
-    return f"{r['tokens_per_s']:,.0f}{mem}"
-
-
-def decode_cell(r: dict) -> str:
-    return f"{r['sentences_per_s']:.1f}" + ("" if r["equal_lengths"] else " (lengths differ!)")
-
-
-def table_rows(results: dict, precisions, cell) -> list:
-    """One markdown row a model: ``cell`` of each precision's result, or its failure."""
-    rows = []
-    for model, table in results.items():
-        cells = []
-        for p in precisions:
-            r = table.get(p)
-            if r is None:
-                cells.append("")
-            elif r.get("error"):
-                cells.append(f"fails: {r['error'][:80]}")
-            else:
-                cells.append(cell(r))
-        rows.append(f"| {model} | " + " | ".join(cells) + " |")
-    return rows
-
-
-def summary(env, args, train, decode, minutes) -> str:
-    lines = [
-        "# GPU benchmark", "",
-        f"- device: {env['device']}; driver {env.get('driver', '?')}; torch {env['torch']}, "
-        f"CUDA {env['cuda']}, cuDNN {env['cudnn']}; Python {env['python']}",
-        f"- `python bench/gpu.py{' --dry-run' if args.dry_run else ''}`: {args.updates} updates "
-        f"of {args.batch} sentences, timed after update {args.warmup}; {args.rounds} round(s), "
-        f"median; beam 10, {args.decode_sentences} sentences forced to {args.decode_len} tokens;"
-        f" {minutes:.1f} min in all",
-        "", "## Training: target tokens/s (peak GPU memory)", "",
-        "| model | " + " | ".join(args.precisions) + " |",
-        "|---|" + "---|" * len(args.precisions),
-    ]  # fmt: skip
-    lines += table_rows(train, args.precisions, train_cell)
-    lines += ["", "## Beam-10 decoding: sentences/s", "",
-              "| model | " + " | ".join(args.precisions) + " |",
-              "|---|" + "---|" * len(args.precisions)]  # fmt: skip
-    lines += table_rows(decode, args.precisions, decode_cell)
-    lines += ["", "## Targets", ""]
-    lines += [f"- {t}: {m} ({'met' if ok else 'missed'})" for t, m, ok in targets(train, decode)]
-    return "\n".join(lines) + "\n"
 
 
 def collapse(train: dict) -> dict:
