@@ -1,5 +1,5 @@
-"""recipes/own_text: the checks of luong_plugin/corpora/parallel_text.py (each bad input
-stops run.sh with its message and nothing written), run.sh --dry-run's commands through
+"""recipes/own_text: each bad input stops run.sh with its message and nothing written (the
+checks themselves: test_parallel_text.py), run.sh --dry-run's commands through
 fairseq's own parsers, a rerun's record (recipes/own_text/prepare.py), and one run end to
 end on a slice of the Bible."""
 
@@ -10,25 +10,12 @@ import subprocess
 
 import pytest
 from conftest import REPO, VENV_BIN
+from own_text_files import pair, write
 
-from luong_plugin.corpora import parallel_text
-from luong_plugin.corpora.parallel_text import InputError
 from luong_plugin.modules.precision import default_precision
 
 RUN = os.path.join(REPO, "recipes", "own_text", "run.sh")
 PREPARE = os.path.join(REPO, "recipes", "own_text", "prepare.py")  # run.sh's step 1
-
-
-def write(path, lines):
-    path.write_bytes(b"".join(line.encode() + b"\n" for line in lines))
-    return path
-
-
-def pair(tmp_path, n=200, name="corpus"):
-    """A line-aligned pair of ``n`` distinct sentences, ``name.es`` and ``name.en``."""
-    src = write(tmp_path / f"{name}.es", [f"la frase número {i}" for i in range(n)])
-    tgt = write(tmp_path / f"{name}.en", [f"sentence number {i}" for i in range(n)])
-    return src, tgt
 
 
 def run_sh(*args, **env):
@@ -38,156 +25,6 @@ def run_sh(*args, **env):
 
 def tree(root):
     return sorted(os.path.join(d, f) for d, dirs, files in os.walk(root) for f in dirs + files)
-
-
-def options(src, tgt, out, *more):
-    argv = ["--src", src, "--tgt", tgt, "--out", out, *more]
-    return parallel_text.parse_options([str(a) for a in argv])
-
-
-# ---- parallel_text.py ---------------------------------------------------------
-
-
-def test_a_missing_file_is_named_with_its_option(tmp_path):
-    src, _ = pair(tmp_path)
-    with pytest.raises(InputError, match=r"^--tgt .*nope\.en: no such file$"):
-        parallel_text.read_pair(src, tmp_path / "nope.en")
-    with pytest.raises(InputError, match=r"^--src .*: is a directory$"):
-        parallel_text.read_pair(tmp_path, src)
-
-
-def test_unequal_line_counts_give_both_counts(tmp_path):
-    src, _ = pair(tmp_path, n=1200)
-    tgt = write(tmp_path / "short.en", ["a sentence"] * 1198)
-    with pytest.raises(InputError) as error:
-        parallel_text.read_pair(src, tgt)
-    message = str(error.value)
-    assert f"--src {src} has 1,200 lines but --tgt {tgt} has 1,198" in message
-    assert "line-aligned" in message
-
-
-def test_empty_lines_are_named_the_first_five(tmp_path):
-    lines = ["a sentence"] * 30
-    for i in (2, 5, 6, 11, 20, 24, 29):  # 0-based; whitespace alone is empty too
-        lines[i] = "" if i % 2 else " \t "
-    src = write(tmp_path / "gaps.es", lines)
-    with pytest.raises(InputError) as error:
-        parallel_text.read_text(src, "--src")
-    assert str(error.value).startswith(f"--src {src}: 7 empty lines (lines 3, 6, 7, 12, 21, ...)")
-
-
-def test_invalid_utf8_gives_the_line_and_the_byte_offset(tmp_path):
-    src = tmp_path / "latin1.es"
-    src.write_bytes("una línea\n".encode() + b"caf\xe9 con leche\n")
-    with pytest.raises(InputError) as error:
-        parallel_text.read_text(src, "--src")
-    assert str(error.value) == (
-        f"--src {src}: not UTF-8 at line 2, byte offset 3 in the line (14 in the file): "
-        "b'\\xe9'; convert the file to UTF-8"
-    )
-
-
-def test_line_ends_and_breaks_inside_a_line_are_made_plain(tmp_path):
-    """\\r\\n ends, a byte-order mark, and the breaks other tools split lines on."""
-    src = tmp_path / "dos.es"
-    src.write_bytes("\ufeffuno\r\ndos\u2028tres\r\ncuatro\x0ccinco".encode())
-    text = parallel_text.read_text(src, "--src")
-    assert text.lines == ["uno", "dos tres", "cuatro cinco"]
-    assert (text.crlf, text.breaks) == (2, [2, 3])
-    assert all(len(line.splitlines()) == 1 for line in text.lines)
-    mac = tmp_path / "mac.es"
-    mac.write_bytes(b"uno\rdos\r")  # one line to fairseq, two to str.splitlines
-    with pytest.raises(InputError, match=r"mac\.es: its lines end in \\r alone"):
-        parallel_text.read_text(mac, "--src")
-
-
-def test_the_notes_say_what_was_changed_and_what_repeats(tmp_path):
-    src = tmp_path / "same.es"
-    src.write_bytes(b"la misma frase\r\n" * 3 + b"la misma frase\n" * 197)
-    tgt = write(tmp_path / "same.en", [f"sentence number {i}" for i in range(200)])
-    notes = parallel_text.read_corpus(options(src, tgt, tmp_path / "out")).notes
-    assert notes == [
-        f"note: --src {src}: 3 lines ended in \\r\\n, read as \\n",
-        "note: 10 of 10 test sources occur in the training text as well (the same line)",
-    ]
-
-
-def test_an_empty_file_is_refused(tmp_path):
-    src = write(tmp_path / "none.es", [])
-    with pytest.raises(InputError, match=r"^--src .*none\.es is empty$"):
-        parallel_text.read_text(src, "--src")
-
-
-def test_held_out_lines_are_seeded_disjoint_and_in_file_order():
-    assert parallel_text.default_held_out(2000) == 100  # 5%
-    assert parallel_text.default_held_out(10**6) == 1000  # at most 1000
-    rows = parallel_text.split(300, 15, 20, seed=1)
-    assert rows == parallel_text.split(300, 15, 20, seed=1)
-    assert rows != parallel_text.split(300, 15, 20, seed=2)
-    assert [len(rows[s]) for s in ("train", "valid", "test")] == [265, 15, 20]
-    assert sorted(rows["train"] + rows["valid"] + rows["test"]) == list(range(300))
-    assert all(rows[s] == sorted(rows[s]) for s in rows)
-
-
-def test_the_corpus_holds_out_valid_and_test_or_reads_their_files(tmp_path):
-    src, tgt = pair(tmp_path, n=400)
-    corpus = parallel_text.read_corpus(options(src, tgt, tmp_path / "out"))
-    assert {s: len(corpus.splits[s][0]) for s in corpus.splits} == {
-        "train": 360, "valid": 20, "test": 20,
-    }  # fmt: skip
-    pairs = [p for s in corpus.splits.values() for p in zip(*s)]
-    assert len(set(pairs)) == 400 and all(e.split()[-1] == s.split()[-1] for e, s in pairs)
-    test_src, test_tgt = pair(tmp_path, n=7, name="test")
-    args = options(src, tgt, tmp_path / "out", "--test-src", test_src, "--test-tgt", test_tgt)
-    corpus = parallel_text.read_corpus(args)
-    assert corpus.held_out == {"valid": 20} and corpus.splits["test"][1][6] == "sentence number 6"
-    assert len(corpus.splits["train"][0]) == 380
-
-
-def test_a_corpus_too_small_to_split_is_refused(tmp_path):
-    src, tgt = pair(tmp_path, n=150)
-    with pytest.raises(InputError) as error:
-        parallel_text.read_corpus(
-            options(src, tgt, tmp_path / "out", "--valid", "30", "--test", "30")
-        )
-    assert str(error.value) == (
-        f"--src {src}: 150 sentence pairs are too few: holding out 60 for valid and test "
-        "leaves 90, and the recipe needs at least 100 to train on; give more text, or files "
-        "(--valid-src/--valid-tgt and --test-src/--test-tgt) instead of held-out lines"
-    )
-
-
-def test_a_vocabulary_smaller_than_the_characters_is_refused(tmp_path):
-    src = write(tmp_path / "zh.src", [chr(0x4E00 + i) * 3 + chr(0x5E00 + i) for i in range(200)])
-    tgt = write(tmp_path / "en.tgt", [f"sentence {i}" for i in range(200)])
-    args = options(src, tgt, tmp_path / "out", "--vocab", "300", "--valid", "5", "--test", "5")
-    with pytest.raises(InputError) as error:
-        parallel_text.read_corpus(args)
-    assert str(error.value).startswith("--vocab 300: the training text has 395 distinct characters")
-    assert str(error.value).endswith(
-        "(with the word boundary and <unk>, 397): give --vocab 397 or more"
-    )
-
-
-def test_the_pieces_required_are_what_sentencepiece_requires(tmp_path):
-    """spm.py trains at exactly ``required_pieces`` and refuses one fewer."""
-    from luong_plugin.corpora import spm
-
-    lines = [chr(0x4E00 + i) + chr(0x4F00 + i % 7) + " y más,\t¿qué? \u2581x" for i in range(150)]
-    text = write(tmp_path / "text", lines)
-    needed = parallel_text.required_pieces(lines)
-    spm.train([str(text)], str(tmp_path / "exact"), needed)
-    with pytest.raises(RuntimeError, match="Vocabulary size is smaller than required_chars"):
-        spm.train([str(text)], str(tmp_path / "fewer"), needed - 1)
-
-
-def test_languages_come_from_the_extensions_or_the_options():
-    args = options("a.es", "a.en", "o")
-    assert (args.src_lang, args.tgt_lang) == ("es", "en")
-    args = options("a.txt", "b.txt", "o")
-    assert (args.src_lang, args.tgt_lang) == ("src", "tgt")
-    args = options("a.txt", "b.txt", "o", "--src-lang", "de", "--tgt-lang", "fr")
-    assert (args.src_lang, args.tgt_lang) == ("de", "fr")
 
 
 # ---- run.sh: each bad input, its message, nothing written ------------------------
