@@ -20,7 +20,7 @@ per step with its backward written out:
 and leaves the keys' and values' gradients to ``LoopWeight``s (loop_weight.py):
 Σ_t g_tᵀ h_t and Σ_t probs_tᵀ ∂L/∂c_t, one batched product each once every step's
 gradient is known. Eq. (9) and W_p's and v_p's taped gradients are position_network.py's
-``position_step`` and ``position_step_grad``, which ``_PositionStep`` runs too.
+``position_step`` and ``position_step_grad``, which ``PositionStep`` runs too.
 
 The conventions are windows.py's (p_t real-valued, the window the 2D + 1 positions
 around floor(p_t), positions outside the sentence excluded, ``--position-*``

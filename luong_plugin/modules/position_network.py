@@ -1,11 +1,11 @@
 """Local-p's eq. (9) and (10) as autograd nodes, for windows.py's ``LocalPredictiveWindow``
 and the fused training step (attention_step.py):
 
-    p_t   = S · σ(v_pᵀ tanh(W_p h_t))          eq. (9)   (_PredictedPosition, _PositionStep)
-    log G = -(s - p_t)² / 2σ²                   eq. (10)  (_GaussianPrior)
+    p_t   = S · σ(v_pᵀ tanh(W_p h_t))          eq. (9)   (PredictedPosition, PositionStep)
+    log G = -(s - p_t)² / 2σ²                   eq. (10)  (GaussianPrior)
 
 with their backward written out: ``--position-logit-bound``'s dropped gradients
-(``_logit_gradient``), and eq. (9)'s step in the decoder's loop with W_p's and v_p's
+(``logit_gradient``), and eq. (9)'s step in the decoder's loop with W_p's and v_p's
 gradients left to their ``LoopWeight`` tapes (``position_step``, ``position_step_grad``,
 which the fused step calls too). The conventions (S, the window, the options) are
 windows.py's.
@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 
-def _logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, scale: Tensor, bound: float):
+def logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, scale: Tensor, bound: float):
     """∂L/∂logit from ∂L/∂p_t for p_t = S σ(logit) (s = σ(logit), S = ``scale``), with
     ``--position-logit-bound``: an element beyond ±bound that a descent step (which
     moves the logit by -grad) would push further out gets no gradient."""
@@ -29,7 +29,7 @@ def _logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, scale: Tensor, bound
     return grad_logit
 
 
-class _PredictedPosition(torch.autograd.Function):
+class PredictedPosition(torch.autograd.Function):
     """p_t = S · σ(logit), eq. (9), as one autograd node (a step of the decoder's
     loop records one node here instead of three); S (``scale``) is
     ``LocalPredictiveWindow.scale``'s.
@@ -49,7 +49,7 @@ class _PredictedPosition(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: Tensor):
         logit, s, scale = ctx.saved_tensors
-        return _logit_gradient(grad, logit, s, scale, ctx.bound), None, None
+        return logit_gradient(grad, logit, s, scale, ctx.bound), None, None
 
 
 def position_step(query: Tensor, w_p: Tensor, v_p: Tensor, scale: Tensor, weights):
@@ -72,7 +72,7 @@ def position_step_grad(
     W_p's and v_p's step gradients recorded on their tapes; returns ∂L/∂h_t (B x H), or
     None with ``--position-detach-query``."""
     hidden, logit, s = kept
-    grad_logit = _logit_gradient(grad, logit, s, scale, bound)  # B x 1
+    grad_logit = logit_gradient(grad, logit, s, scale, bound)  # B x 1
     step_w, step_v = steps
     weights.v_p.record_grad(step_v, grad_logit)
     grad_pre = grad_logit.mm(v_p.t()) * (1 - hidden * hidden)  # B x H: through tanh
@@ -83,13 +83,13 @@ def position_step_grad(
     return grad_pre.mm(w_p.t()).to(query_dtype)  # B x H
 
 
-class _PositionStep(torch.autograd.Function):
+class PositionStep(torch.autograd.Function):
     """Eq. (9) for one step of the decoder's loop in training, one autograd node:
     p_t = S · σ(v_pᵀ tanh(W_p h_t)), h_t B x H, S (``scale``) as in
-    ``_PredictedPosition``. The products use ``weights``'
+    ``PredictedPosition``. The products use ``weights``'
     ``LoopWeight``s (inputs recorded, the weight gradients one GEMM each over all
     steps); the backward is eq. (9)'s chain rule written out, with ``bound`` as in
-    ``_PredictedPosition``. Tested against the plain path (``logit`` + that)."""
+    ``PredictedPosition``. Tested against the plain path (``logit`` + that)."""
 
     @staticmethod
     def forward(ctx, query, w_p, v_p, scale, bound, weights, detach_query=False):
@@ -110,7 +110,7 @@ class _PositionStep(torch.autograd.Function):
         return grad_query, None, None, None, None, None, None
 
 
-class _GaussianPrior(torch.autograd.Function):
+class GaussianPrior(torch.autograd.Function):
     """Eq. (10)'s G = exp(-(s - p_t)² / 2σ²) at ``positions`` (or its log, with
     ``log``), as one autograd node: ∂ log G / ∂p_t = (s - p_t) / σ²."""
 

@@ -92,7 +92,7 @@ from torch import Tensor
 
 from .loop_weight import LoopWeight
 from .options import lookup, require_positive
-from .position_network import _GaussianPrior, _PositionStep, _PredictedPosition
+from .position_network import GaussianPrior, PositionStep, PredictedPosition
 from .precision import at_least_fp32
 
 
@@ -260,7 +260,7 @@ class LocalPredictiveWindow(_LocalWindow):
     def centre(self, query: Tensor, steps: Tensor, src_lengths: Tensor, weights=None):
         scale = self.scale(src_lengths).unsqueeze(1)  # B x 1: S
         if weights is not None:  # one step of the decoder's loop in training (T = 1)
-            p_t = _PositionStep.apply(
+            p_t = PositionStep.apply(
                 query.squeeze(1),
                 weights.W_p.weight_t,
                 weights.v_p.weight_t,
@@ -272,7 +272,7 @@ class LocalPredictiveWindow(_LocalWindow):
         else:
             logit = self.logit(query.detach() if self.detach_query else query)  # B x T
             logit = logit.to(at_least_fp32(logit.dtype))  # p_t in fp32 under bf16 (precision.py)
-            p_t = _PredictedPosition.apply(logit, scale.type_as(logit), self.logit_bound)  # eq. (9)
+            p_t = PredictedPosition.apply(logit, scale.type_as(logit), self.logit_bound)  # eq. (9)
         if self.round_centre:  # checkpoints saved before the convention changed
             return Centre(p_t, torch.floor(p_t + 0.5).long())
         return Centre(p_t, torch.floor(p_t).long())  # Luong: floor(mu), attnLayerForward.m:19
@@ -280,7 +280,7 @@ class LocalPredictiveWindow(_LocalWindow):
     def prior(self, p_t: Tensor, positions: Tensor) -> Tensor:
         """Eq. (10)'s G, B x T x (S|W); its log when renormalising: softmax(score +
         log G), attention.attention_weights."""
-        return _GaussianPrior.apply(p_t, positions.type_as(p_t), self.sigma, self.renormalize)
+        return GaussianPrior.apply(p_t, positions.type_as(p_t), self.sigma, self.renormalize)
 
 
 WINDOWS = {
