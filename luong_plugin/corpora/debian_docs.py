@@ -55,7 +55,7 @@ import time
 from typing import NamedTuple
 
 if __package__:
-    from luong_plugin.corpora.doc_splits import (  # noqa: F401  (tests read them here)
+    from luong_plugin.corpora.doc_splits import (
         document_of,
         split_documents,
         subsample,
