@@ -177,11 +177,17 @@ def run_train(args, bin_dir, model, precision, save_dir=None):
     return result
 
 
+def decode_flags(model, precision):
+    """fairseq-generate's precision options, or None: --amp is training only, and
+    fairseq's lstm has no bf16."""
+    if precision == "amp" or (precision == "bf16" and not MODELS[model][2]):
+        return None
+    return {"fp32": [], "fp16": ["--fp16"],
+            "bf16": ["--model-overrides", "{'precision': 'bf16'}"]}[precision]  # fmt: skip
+
+
 def run_decode(args, bin_dir, model, precision, checkpoint):
-    flags = {"fp32": [], "fp16": ["--fp16"], "amp": None,
-             "bf16": ["--model-overrides", "{'precision': 'bf16'}"]}[precision]  # fmt: skip
-    if flags is None or (precision == "bf16" and not MODELS[model][2]):
-        return None  # --amp is training only; fairseq's lstm has no bf16
+    flags = decode_flags(model, precision)
     n = args.decode_len
     cmd = [
         args.python, "-m", "fairseq_cli.generate", bin_dir, "--user-dir", USER_DIR,
@@ -246,37 +252,53 @@ def median(values):
     return statistics.median(values) if values else None
 
 
-def train_all(args, bin_dir, runs_dir):
-    """{model: {precision: [result of each round]}}, rounds in alternating order."""
-    jobs = [(m, p) for m, (_, precisions, _) in MODELS.items() if m in args.models
-            for p in precisions if p in args.precisions]  # fmt: skip
-    results = {m: {p: [] for _, p in jobs if _ == m} for m, _ in jobs}
-    for r in range(args.rounds):
-        for model, precision in jobs if r % 2 == 0 else list(reversed(jobs)):
-            save = os.path.join(runs_dir, model) if (r == 0 and precision == "fp32") else None
-            result = run_train(args, bin_dir, model, precision, save)
-            if "log" in result:
-                with open(os.path.join(args.out, "failed_train.log"), "a") as f:
-                    f.write(f"== {model} {precision} round {r + 1}\n{result.pop('log')[-4000:]}\n")
-            results[model][precision].append(result)
-            shown = result.get("tokens_per_s") or result.get("error")
-            print(f"[train] round {r + 1} {model} {precision}: {shown}", flush=True)
-    return results
+SKIPPED = "skipped: past --deadline-s"
 
 
-def decode_all(args, bin_dir, runs_dir):
-    results = {}
-    for model in args.models:
-        checkpoint = os.path.join(runs_dir, model, "checkpoint_last.pt")
-        if not os.path.exists(checkpoint):
-            continue
-        for precision in args.precisions:
-            result = run_decode(args, bin_dir, model, precision, checkpoint)
-            if result is not None:
-                results.setdefault(model, {})[precision] = result
-                shown = result.get("sentences_per_s") or result.get("error")
-                print(f"[decode] {model} {precision}: {shown}", flush=True)
-    return results
+def past_deadline(args) -> bool:
+    return args.deadline_s is not None and time.time() - args.started > args.deadline_s
+
+
+def run_all(args, bin_dir, runs_dir, record):
+    """(train, decode): {model: {precision: [result of each round]}} and {model: {precision:
+    result}}. Precision by precision in ``--precisions``' order, but fp32 first (the decodes
+    start from its checkpoints): each precision's training runs (rounds in alternating
+    order), then its decodes, so that a run cut short by ``--deadline-s`` has whole precisions. ``record(train, decode)`` after
+    each run; past the deadline no run starts, and the ones left are recorded as skipped."""
+    train, decode = {}, {}
+    for precision in sorted(args.precisions, key=lambda p: p != "fp32"):  # as given, fp32 first
+        jobs = [m for m, (_, precisions, _) in MODELS.items()
+                if m in args.models and precision in precisions]  # fmt: skip
+        for r in range(args.rounds):
+            for model in jobs if r % 2 == 0 else list(reversed(jobs)):
+                rounds = train.setdefault(model, {}).setdefault(precision, [])
+                if past_deadline(args):
+                    rounds.append({"error": SKIPPED})
+                    continue
+                save = os.path.join(runs_dir, model) if (r == 0 and precision == "fp32") else None
+                result = run_train(args, bin_dir, model, precision, save)
+                if "log" in result:
+                    with open(os.path.join(args.out, "failed_train.log"), "a") as f:
+                        f.write(
+                            f"== {model} {precision} round {r + 1}\n{result.pop('log')[-4000:]}\n"
+                        )
+                rounds.append(result)
+                shown = result.get("tokens_per_s") or result.get("error")
+                print(f"[train] round {r + 1} {model} {precision}: {shown}", flush=True)
+                record(collapse(train), decode)
+        for model in jobs:
+            checkpoint = os.path.join(runs_dir, model, "checkpoint_last.pt")
+            if not os.path.exists(checkpoint) or decode_flags(model, precision) is None:
+                continue
+            if past_deadline(args):
+                result = {"error": SKIPPED}
+            else:
+                result = run_decode(args, bin_dir, model, precision, checkpoint)
+            decode.setdefault(model, {})[precision] = result
+            shown = result.get("sentences_per_s") or result.get("error")
+            print(f"[decode] {model} {precision}: {shown}", flush=True)
+            record(collapse(train), decode)
+    return collapse(train), decode
 
 
 def collapse(train: dict) -> dict:
@@ -285,6 +307,8 @@ def collapse(train: dict) -> dict:
     for model, table in train.items():
         for p, rounds in table.items():
             ok = [r for r in rounds if not r.get("error")]
+            if not rounds:
+                continue  # not run yet
             if ok:
                 out.setdefault(model, {})[p] = {
                     "tokens_per_s": median([r["tokens_per_s"] for r in ok]),
@@ -317,7 +341,14 @@ def main(argv=None):
     p.add_argument("--decode-batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--python", default=sys.executable)
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="start no run after this many seconds (the rest are recorded as skipped)",
+    )
     args = p.parse_args(argv)
+    args.started = time.time()
     if args.dry_run:  # the same plumbing in seconds
         args.vocab, args.train_sentences, args.decode_sentences = 300, 256, 8
         args.batch, args.updates, args.warmup, args.decode_len = 16, 4, 2, 6
@@ -332,13 +363,16 @@ def main(argv=None):
                         args.decode_sentences, args.python, args.workers)  # fmt: skip
     runs_dir = os.path.join(work, "runs")
     shutil.rmtree(runs_dir, ignore_errors=True)  # fairseq would resume an earlier checkpoint
-    train = collapse(train_all(args, bin_dir, runs_dir))
-    decode = decode_all(args, bin_dir, runs_dir)
+
+    def save(train, decode):  # after every run: a run cut short keeps what it measured
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump({"environment": env, "train": train, "decode": decode,
+                       "minutes": (time.time() - start) / 60, "args": vars(args)}, f, indent=1)  # fmt: skip
+
+    train, decode = run_all(args, bin_dir, runs_dir, save)
     minutes = (time.time() - start) / 60
     logs = {f"{m} {p}": r.pop("log") for m, t in decode.items() for p, r in t.items() if "log" in r}
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"environment": env, "train": train, "decode": decode, "minutes": minutes,
-                   "args": vars(args)}, f, indent=1)  # fmt: skip
+    save(train, decode)
     text = summary(env, args, train, decode, minutes)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)

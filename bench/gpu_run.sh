@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # On a GPU machine that reaches no package index: install the wheels bench/gpu_wheels.sh made
-# (into /tmp/site, nothing system-wide), then the GPU benchmark, then, with TESTS=1, the
-# CUDA variants of the precision tests.
+# (into /tmp/site, nothing system-wide); then, with TESTS=1, the CUDA tests; with PROBE=1,
+# bench/gpu_probe.py (one process per model); then the GPU benchmark.
+# At most 8 files land in OUT: probe.json, probe.log, results.json, summary.md, bench.log,
+# failed_train.log, failed_decodes.log, cuda_tests.log.
 #
 # usage: bench/gpu_run.sh OUT [WHEELS]   (from the repository root; WHEELS default .whl)
-#   env ARGS    more options for bench/gpu.py (e.g. "--rounds 2", "--dry-run")
-#       TESTS   1: also pytest -k cuda tests/test_half_models.py tests/test_precision.py
-#               (needs pytest and hypothesis on that machine)
+#   env ARGS        more options for bench/gpu.py (e.g. "--rounds 2", "--deadline-s 300")
+#       PROBE       1: run bench/gpu_probe.py first; PROBE_ARGS, more options for it
+#       TESTS       1: also pytest -k cuda tests/test_cuda_step.py tests/test_half_models.py
+#                   tests/test_precision.py (needs pytest and hypothesis on that machine)
+#       TESTS_S     the seconds the tests may take (default 300)
 set -euo pipefail
 OUT=${1:?usage: bench/gpu_run.sh OUT [WHEELS]}
 WHEELS=${2:-.whl}
@@ -15,10 +19,18 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site "$WHEELS"/*.whl
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
-# shellcheck disable=SC2086
-python3 bench/gpu.py --out "$OUT" ${ARGS:-} 2>&1 | tee "$OUT/bench.log"
-if [ "${TESTS:-0}" = 1 ]; then
-  python3 -m pytest -q -p no:cacheprovider -k cuda tests/test_half_models.py tests/test_precision.py \
-    2>&1 | tail -40 > "$OUT/cuda_tests.log"
+nvidia-smi 2>&1 | tee "$OUT/bench.log" || true
+if [ "${TESTS:-0}" = 1 ]; then  # first: they check the code the figures below measure
+  timeout "${TESTS_S:-300}" python3 -m pytest -q -p no:cacheprovider -k cuda \
+    tests/test_cuda_step.py tests/test_half_models.py tests/test_precision.py 2>&1 \
+    | tail -60 >> "$OUT/cuda_tests.log" || true
 fi
+if [ "${PROBE:-0}" = 1 ]; then
+  for model in lstm global local-p; do  # a failed graph capture cannot reach the next model
+    # shellcheck disable=SC2086
+    python3 bench/gpu_probe.py --out "$OUT" --models "$model" ${PROBE_ARGS:-} 2>&1 \
+      | grep -v '^INFO' | tee -a "$OUT/probe.log" || true
+  done
+fi
+# shellcheck disable=SC2086
+python3 bench/gpu.py --out "$OUT" ${ARGS:-} 2>&1 | tee -a "$OUT/bench.log"

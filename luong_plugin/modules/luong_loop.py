@@ -32,7 +32,7 @@ from torch import Tensor
 
 from .attention_step import step_source
 from .loop_weight import LoopWeight
-from .precision import at_least_fp32, product_dtype
+from .precision import at_least_fp32, full_precision, product_dtype
 
 
 class LoopOutput(NamedTuple):
@@ -57,6 +57,13 @@ class LoopOutput(NamedTuple):
         )
 
 
+# On CUDA, the step's elementwise work (the two halves of the gates summed, four
+# activations, c_t, h_t) as torch's fused LSTM cell kernel, one kernel forward and one
+# backward instead of about ten each: at the paper's shape the GPU otherwise waits on the
+# host's kernel launches. False: the plain path below on every device (tests, bench).
+FUSED_CELL = True
+
+
 def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: LoopWeight):
     """One LSTM cell step, torch's gate order i, f, g, o.
 
@@ -65,11 +72,25 @@ def lstm_step(gates_in: Tensor, inputs: Tensor, h: Tensor, c: Tensor, weight: Lo
     last, and ``weight`` their weights (I x 4H, transposed) as a ``LoopWeight``.
         c_t = σ(f) ∘ c_{t-1} + σ(i) ∘ tanh(g),   h_t = σ(o) ∘ tanh(c_t)
     """
+    if FUSED_CELL and gates_in.is_cuda:
+        return fused_lstm_cell(gates_in, weight.addmm(None, inputs), c)
     gates = weight.addmm(gates_in, inputs)  # B x 4H
     gates = gates.to(at_least_fp32(gates.dtype))  # c_t, h_t in fp32 under bf16 (precision.py)
     i, f, g, o = gates.chunk(4, dim=1)  # B x H each
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # B x H: c_t
     h = torch.sigmoid(o) * torch.tanh(c)  # B x H: h_t
+    return h, c
+
+
+def fused_lstm_cell(gates_in: Tensor, gates_h: Tensor, c: Tensor):
+    """``lstm_step``'s elementwise work in torch's fused CUDA kernel (``_thnn_fused_lstm_cell``,
+    the one ``nn.LSTMCell`` takes on CUDA): the gates ``gates_in`` + ``gates_h`` (B x 4H each),
+    c_t and h_t, in fp32 at least (outside autocast, which would make c_t half)."""
+    dtype = at_least_fp32(torch.promote_types(gates_h.dtype, c.dtype))
+    with full_precision(c.device):
+        h, c, _ = torch.ops.aten._thnn_fused_lstm_cell(
+            gates_in.to(dtype), gates_h.to(dtype), c.to(dtype)
+        )  # B x H each
     return h, c
 
 
