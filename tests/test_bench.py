@@ -95,17 +95,23 @@ def test_position_step_refuses_a_size_below_one():
 
 
 # -- bench/gpu.py: its plumbing on the CPU (--dry-run), its targets from given numbers --------
-def _gpu_module():
+def _bench_module(name="gpu"):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu", os.path.join(REPO, "bench", "gpu.py"))
+    path = os.path.join(REPO, "bench", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+def _gpu_module():
+    return _bench_module("gpu")
+
+
 def test_gpu_targets_are_ratios_of_the_same_run():
-    gpu = _gpu_module()
+    _gpu_module()  # puts bench/ on the path
+    gpu = _bench_module("gpu_report")
     train = {
         "lstm": {"fp32": {"tokens_per_s": 100.0}, "fp16": {"error": "RuntimeError: x"}},
         "global": {"fp32": {"tokens_per_s": 200.0}, "bf16": {"tokens_per_s": 320.0}},
@@ -125,6 +131,79 @@ def test_gpu_failure_line_is_the_error_not_the_traceback_tail():
     gpu = _gpu_module()
     log = "Traceback (most recent call last):\n  File x\nRuntimeError: mat1 and mat2\n\nsome log\n"
     assert gpu.failure(log) == "RuntimeError: mat1 and mat2"
+
+
+def test_gpu_runs_go_precision_by_precision_and_stop_at_the_deadline(monkeypatch, tmp_path):
+    """fp32 first, each precision's training runs then its decodes (from the fp32 runs'
+    checkpoints), the results recorded after every run; past ``--deadline-s`` nothing
+    starts and what is left is recorded as not run."""
+    import argparse
+    import types
+
+    gpu = _gpu_module()
+    clock, calls, recorded = [0.0], [], []
+    monkeypatch.setattr(gpu, "time", types.SimpleNamespace(time=lambda: clock[0]))
+
+    def fake_train(args, bin_dir, model, precision, save_dir=None):
+        calls.append(("train", model, precision))
+        if save_dir:  # the fp32 run keeps a checkpoint for the decodes
+            os.makedirs(save_dir)
+            open(os.path.join(save_dir, "checkpoint_last.pt"), "w").close()
+        clock[0] += 10
+        return {"tokens_per_s": 100.0, "peak_gib": 1.0}
+
+    def fake_decode(args, bin_dir, model, precision, checkpoint):
+        calls.append(("decode", model, precision))
+        clock[0] += 5
+        return {"sentences": 8, "sentences_per_s": 2.0, "equal_lengths": True}
+
+    monkeypatch.setattr(gpu, "run_train", fake_train)
+    monkeypatch.setattr(gpu, "run_decode", fake_decode)
+    args = argparse.Namespace(models=["lstm", "global"], precisions=["bf16", "fp32", "amp"],
+                              rounds=1, deadline_s=50, started=0.0, out=str(tmp_path))  # fmt: skip
+    train, decode = gpu.run_all(
+        args, "bin", str(tmp_path / "runs"), lambda t, d: recorded.append(1)
+    )
+    assert calls == [
+        ("train", "lstm", "fp32"), ("train", "global", "fp32"),  # 0 -> 20 s
+        ("decode", "lstm", "fp32"), ("decode", "global", "fp32"),  # -> 30 s
+        ("train", "global", "bf16"),  # fairseq's lstm has no bf16; -> 40 s
+        ("decode", "global", "bf16"),  # -> 45 s
+        ("train", "lstm", "amp"),  # starts at 45 s, ends past the deadline (50 s)
+    ]  # fmt: skip
+    assert train["global"]["amp"] == {"error": gpu.SKIPPED}  # --amp decodes nothing
+    assert train["global"]["bf16"]["tokens_per_s"] == 100.0
+    assert decode["global"]["bf16"]["sentences_per_s"] == 2.0
+    assert len(recorded) == len(calls)
+
+
+def test_gpu_probe_dry_run_measures_and_keeps_earlier_models(tmp_path):
+    """bench/gpu_probe.py's plumbing on the CPU: one model per process, each adding its rows
+    to probe.json (no graphs on a CPU)."""
+    for model, precisions in (("lstm", ["fp32"]), ("global", ["fp32", "fp32-plain"])):
+        cmd = [sys.executable, os.path.join(REPO, "bench", "gpu_probe.py"), "--dry-run",
+               "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+               "--models", model, "--precisions", *precisions]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = json.loads((tmp_path / "out" / "probe.json").read_text())["runs"]
+    assert set(runs) == {"lstm fp32", "global fp32", "global fp32-plain"}
+    for row in runs.values():
+        assert row["tokens_per_s"] > 0 and row["host_s"] > 0 and row["encoder_s"] > 0, row
+
+
+def test_gpu_probe_swaps_an_encoder_outputs_floats_for_graph_inputs():
+    import torch
+
+    _gpu_module()
+    probe = _bench_module("gpu_probe")
+    x, mask = torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.bool)
+    out = {"encoder_out": (x, mask), "final": [x * 2], "n": 3}
+    assert [t.tolist() for t in probe.tensors(out)] == [x.tolist(), (x * 2).tolist()]
+    leaves = [torch.zeros(2, 3), torch.full((2, 3), 7.0)]
+    swapped = probe.with_leaves(out, list(leaves))
+    assert swapped["encoder_out"][0] is leaves[0] and swapped["encoder_out"][1] is mask
+    assert swapped["final"][0] is leaves[1] and swapped["n"] == 3
 
 
 @pytest.mark.slow

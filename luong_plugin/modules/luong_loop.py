@@ -8,6 +8,9 @@ the same function with the machinery that makes it fast, tested equal to it
 - the embedding half of layer 0's input gates, W_x y_{t-1} + b for every t,
   is one GEMM before the loop (``input_gates``); each step multiplies only
   [h̃_{t-1}; h_{t-1}] by the recurrent half of the weights (``lstm_step``);
+- on CUDA the step's elementwise work (the gates summed, their activations, c_t
+  and h_t) is torch's fused LSTM cell kernel, one kernel forward and one backward
+  (``fused_lstm_cell``; tests/test_cuda_step.py holds it to the LSTM equations);
 - those weights are ``nn.LSTM``'s own parameters, sliced and concatenated once
   per call (and cast to bf16 once under ``--precision bf16``); in incremental
   decoding, once per generation call, kept in the incremental state
