@@ -13,13 +13,16 @@ synthetic text (Zipf-distributed words, 10-50 a sentence, batches of 128 sentenc
 
 Each run trains ``--updates`` updates with Adam; the target tokens per second of the
 updates after ``--warmup`` are timed in the trainer's own step (forward, backward and
-optimizer step, synchronised with the GPU at its end), with the peak GPU memory. Runs go
-one after the other, system by system, ``--rounds`` times in alternating order; the
-median counts. Then beam-10 decoding (fairseq-generate) of each model in each precision
-from a checkpoint of its fp32 run, with every hypothesis forced to ``--decode-len`` tokens
-(``--min-len`` = ``--max-len-b``, ``--max-len-a 0``): an untrained model's lengths must not
-decide the figure. Writes ``results.json`` and ``summary.md`` (device, driver, torch,
-CUDA, cuDNN; the tables; the targets the project sets for a GPU) under ``--out``, and the logs of failed runs.
+optimizer step, synchronised with the GPU at its end), with the peak GPU memory. The runs
+go one after the other, precision by precision (fp32 first, then ``--precisions``' order):
+each precision's training runs, model by model, ``--rounds`` times in alternating order (the
+median counts), then beam-10 decoding (fairseq-generate) of each of those models in that
+precision from a checkpoint of its fp32 run, with every hypothesis forced to
+``--decode-len`` tokens (``--min-len`` = ``--max-len-b``, ``--max-len-a 0``): an untrained
+model's lengths must not decide the figure. ``--deadline-s`` starts no run after it. Writes
+``results.json`` after every run and ``summary.md`` at the end (device, driver, torch, CUDA,
+cuDNN; the tables; the targets the project sets for a GPU) under ``--out``, and the logs of
+failed runs.
 
 On a machine without a package registry, carry the wheels bench/gpu_wheels.sh makes and
 run bench/gpu_run.sh there. The report and the targets: gpu_report.py.
@@ -253,6 +256,7 @@ def median(values):
 
 
 SKIPPED = "skipped: past --deadline-s"
+NO_CHECKPOINT = "skipped: no fp32 checkpoint"
 
 
 def past_deadline(args) -> bool:
@@ -260,11 +264,13 @@ def past_deadline(args) -> bool:
 
 
 def run_all(args, bin_dir, runs_dir, record):
-    """(train, decode): {model: {precision: [result of each round]}} and {model: {precision:
-    result}}. Precision by precision in ``--precisions``' order, but fp32 first (the decodes
-    start from its checkpoints): each precision's training runs (rounds in alternating
-    order), then its decodes, so that a run cut short by ``--deadline-s`` has whole precisions. ``record(train, decode)`` after
-    each run; past the deadline no run starts, and the ones left are recorded as skipped."""
+    """(train, decode): {model: {precision: the median over rounds, or a failure}} and
+    {model: {precision: result}}. Precision by precision in ``--precisions``' order, but fp32
+    first (the decodes start from its checkpoints): each precision's training runs (rounds in
+    alternating order), then its decodes, so that the precisions before the one running at
+    ``--deadline-s`` are whole. ``record(train, decode)`` after each run; past the deadline no
+    run starts, and the ones left are recorded as skipped, as is the decode of a model whose
+    fp32 run left no checkpoint (it failed or did not run)."""
     train, decode = {}, {}
     for precision in sorted(args.precisions, key=lambda p: p != "fp32"):  # as given, fp32 first
         jobs = [m for m, (_, precisions, _) in MODELS.items()
@@ -288,10 +294,12 @@ def run_all(args, bin_dir, runs_dir, record):
                 record(collapse(train), decode)
         for model in jobs:
             checkpoint = os.path.join(runs_dir, model, "checkpoint_last.pt")
-            if not os.path.exists(checkpoint) or decode_flags(model, precision) is None:
+            if decode_flags(model, precision) is None:
                 continue
             if past_deadline(args):
                 result = {"error": SKIPPED}
+            elif not os.path.exists(checkpoint):
+                result = {"error": NO_CHECKPOINT}
             else:
                 result = run_decode(args, bin_dir, model, precision, checkpoint)
             decode.setdefault(model, {})[precision] = result

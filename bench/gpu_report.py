@@ -62,8 +62,8 @@ def table_rows(results: dict, precisions, cell) -> list:
             r = table.get(p)
             if r is None:
                 cells.append("")
-            elif r.get("error", "").startswith("skipped"):
-                cells.append("not run (past the deadline)")
+            elif r.get("error", "").startswith("skipped: "):
+                cells.append(f"not run ({r['error'][len('skipped: '):]})")
             elif r.get("error"):
                 cells.append(f"fails: {r['error'][:80]}")
             else:

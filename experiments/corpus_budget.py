@@ -208,7 +208,7 @@ def render(path: str = PAGE, root: str = RESULTS, title: str = TITLE, runs=MAIN_
         with open(notes, encoding="utf-8") as f:
             lines += [
                 "",
-                "## Notes on the sitting",
+                "## Notes on the runs",
                 "",
                 f"From `{_shown(notes)}`:",
                 "",

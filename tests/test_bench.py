@@ -135,8 +135,9 @@ def test_gpu_failure_line_is_the_error_not_the_traceback_tail():
 
 def test_gpu_runs_go_precision_by_precision_and_stop_at_the_deadline(monkeypatch, tmp_path):
     """fp32 first, each precision's training runs then its decodes (from the fp32 runs'
-    checkpoints), the results recorded after every run; past ``--deadline-s`` nothing
-    starts and what is left is recorded as not run."""
+    checkpoints), the results recorded after every run; a model whose fp32 run failed has
+    its decodes recorded as not run; past ``--deadline-s`` nothing starts and what is left
+    is recorded as not run."""
     import argparse
     import types
 
@@ -146,10 +147,12 @@ def test_gpu_runs_go_precision_by_precision_and_stop_at_the_deadline(monkeypatch
 
     def fake_train(args, bin_dir, model, precision, save_dir=None):
         calls.append(("train", model, precision))
+        clock[0] += 10
+        if model == "lstm" and precision == "fp32":
+            return {"error": "RuntimeError: out of memory"}  # and no checkpoint
         if save_dir:  # the fp32 run keeps a checkpoint for the decodes
             os.makedirs(save_dir)
             open(os.path.join(save_dir, "checkpoint_last.pt"), "w").close()
-        clock[0] += 10
         return {"tokens_per_s": 100.0, "peak_gib": 1.0}
 
     def fake_decode(args, bin_dir, model, precision, checkpoint):
@@ -160,21 +163,26 @@ def test_gpu_runs_go_precision_by_precision_and_stop_at_the_deadline(monkeypatch
     monkeypatch.setattr(gpu, "run_train", fake_train)
     monkeypatch.setattr(gpu, "run_decode", fake_decode)
     args = argparse.Namespace(models=["lstm", "global"], precisions=["bf16", "fp32", "amp"],
-                              rounds=1, deadline_s=50, started=0.0, out=str(tmp_path))  # fmt: skip
+                              rounds=1, deadline_s=45, started=0.0, out=str(tmp_path))  # fmt: skip
     train, decode = gpu.run_all(
         args, "bin", str(tmp_path / "runs"), lambda t, d: recorded.append(1)
     )
     assert calls == [
         ("train", "lstm", "fp32"), ("train", "global", "fp32"),  # 0 -> 20 s
-        ("decode", "lstm", "fp32"), ("decode", "global", "fp32"),  # -> 30 s
-        ("train", "global", "bf16"),  # fairseq's lstm has no bf16; -> 40 s
-        ("decode", "global", "bf16"),  # -> 45 s
-        ("train", "lstm", "amp"),  # starts at 45 s, ends past the deadline (50 s)
+        ("decode", "global", "fp32"),  # -> 25 s
+        ("train", "global", "bf16"),  # fairseq's lstm has no bf16; -> 35 s
+        ("decode", "global", "bf16"),  # -> 40 s
+        ("train", "lstm", "amp"),  # starts at 40 s, ends past the deadline (45 s)
     ]  # fmt: skip
+    assert train["lstm"]["fp32"] == {"error": "RuntimeError: out of memory"}
+    assert decode["lstm"]["fp32"] == {"error": gpu.NO_CHECKPOINT}
     assert train["global"]["amp"] == {"error": gpu.SKIPPED}  # --amp decodes nothing
     assert train["global"]["bf16"]["tokens_per_s"] == 100.0
     assert decode["global"]["bf16"]["sentences_per_s"] == 2.0
-    assert len(recorded) == len(calls)
+    assert len(recorded) == len(calls) + 1  # and lstm's decode, not run
+    gpu_report = _bench_module("gpu_report")
+    rows = gpu_report.table_rows(decode, ["fp32", "bf16"], gpu_report.decode_cell)
+    assert rows[0] == "| lstm | not run (no fp32 checkpoint) |  |"
 
 
 def test_gpu_probe_dry_run_measures_and_keeps_earlier_models(tmp_path):

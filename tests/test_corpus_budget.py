@@ -70,11 +70,11 @@ def test_the_sittings_notes_close_the_page_when_written(tmp_path):
     save(tmp_path, result("global", 1))
     page = tmp_path / "PAGE.md"
     corpus_budget.render(str(page), str(tmp_path))
-    assert "Notes on the sitting" not in page.read_text()
+    assert "Notes on the runs" not in page.read_text()
     (tmp_path / corpus_budget.NOTES).write_text("Tests ran beside seed 1.\n")
     corpus_budget.render(str(page), str(tmp_path))
     assert page.read_text().endswith(
-        "## Notes on the sitting\n\nFrom `%s`:\n\nTests ran beside "
+        "## Notes on the runs\n\nFrom `%s`:\n\nTests ran beside "
         "seed 1.\n" % (tmp_path / corpus_budget.NOTES)
     )
 
