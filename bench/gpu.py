@@ -170,7 +170,7 @@ def run_train(args, bin_dir, model, precision, save_dir=None):
     ]  # fmt: skip
     cmd = [args.python, os.path.abspath(__file__), "--worker", str(args.warmup), "--", *argv]
     start = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=worker_env())
+    proc = run_worker(args, cmd)
     log = proc.stdout + proc.stderr
     found = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not found:
@@ -199,7 +199,7 @@ def run_decode(args, bin_dir, model, precision, checkpoint):
         "--min-len", str(n), "--max-len-a", "0", "--max-len-b", str(n), *flags,
         *(["--cpu"] if args.dry_run else []),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=worker_env())
+    proc = run_worker(args, cmd)
     log = proc.stdout + proc.stderr
     speed = re.search(r"Translated ([\d,]+) sentences .*?\(([\d.]+) sentences/s", log)
     if proc.returncode != 0 or not speed:
@@ -211,6 +211,20 @@ def run_decode(args, bin_dir, model, precision, checkpoint):
         "sentences_per_s": float(speed.group(2)),
         "equal_lengths": bool(lengths) and set(lengths) == {n},
     }
+
+
+def run_worker(args, cmd) -> subprocess.CompletedProcess:
+    """One fairseq-train or -generate process, stopped after ``--run-timeout-s`` (a hung
+    run must not take the rest of a short GPU loan): then exit code -9 and a last line
+    that says so."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=worker_env(),
+                              timeout=args.run_timeout_s)  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        err += f"\nerror: stopped after --run-timeout-s {args.run_timeout_s:g}\n"
+        return subprocess.CompletedProcess(cmd, -9, out, err)
 
 
 def worker_env():
@@ -349,6 +363,12 @@ def main(argv=None):
     p.add_argument("--decode-batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--python", default=sys.executable)
+    p.add_argument(
+        "--run-timeout-s",
+        type=float,
+        default=300,
+        help="stop one training or decoding run after this many seconds",
+    )
     p.add_argument(
         "--deadline-s",
         type=float,

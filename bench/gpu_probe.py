@@ -20,8 +20,9 @@ of one update (no optimizer step; the loss is the summed cross-entropy of the ou
   encoder's backward: what the update costs once the host's per-step work is gone. A capture
   that fails records its error (a host synchronisation inside the decoder, say).
 
-Precisions: ``fp32`` (torch's default: cuBLAS products in full fp32), ``tf32``
-(``torch.backends.cuda.matmul.allow_tf32``: cuBLAS products in TF32), ``amp`` (fp16
+Precisions: ``fp32`` (torch's default: cuBLAS products in full fp32; cuDNN, which runs the
+encoders' LSTMs, keeps torch's default ``cudnn.allow_tf32`` in every row), ``tf32``
+(``torch.backends.cuda.matmul.allow_tf32``: cuBLAS products in TF32 too), ``amp`` (fp16
 autocast, as ``--amp``), ``fp16`` (half weights and inputs, as ``--fp16``; not in the
 default lists: bench/gpu.py trains it), and ours ``bf16`` (``--precision bf16``); ours also
 as ``fp32-plain`` and ``bf16-plain``, with the input-feeding loop's fused CUDA cell off
@@ -142,22 +143,19 @@ def precision_context(precision, cuda):
     return contextlib.nullcontext()
 
 
-def eager(model, b, pad, precision, cuda, iters):
-    """(device_s, host_s) per update, medians over ``iters`` after two warm-ups."""
+def timed(step, cuda, iters):
+    """(device_s, host_s): medians over ``iters`` runs of ``step`` after two warm-ups, the
+    first synchronised with the GPU at the end, the second when ``step`` returned."""
     import statistics
 
     import torch
 
     device_times, host_times = [], []
     for i in range(iters + 2):
-        model.zero_grad(set_to_none=True)
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        with precision_context(precision, cuda):
-            encoder_out = model.encoder(b["src"], src_lengths=b["lengths"])
-            loss = decoder_loss(model, b, encoder_out, pad)
-        loss.backward()
+        step()
         host = time.perf_counter() - start
         if cuda:
             torch.cuda.synchronize()
@@ -167,27 +165,30 @@ def eager(model, b, pad, precision, cuda, iters):
     return statistics.median(device_times), statistics.median(host_times)
 
 
-def encoder_alone(model, b, precision, cuda, iters):
-    """Seconds of the encoder's forward and backward (the sum of its outputs as the loss),
-    median over ``iters`` after two warm-ups: the part a decoder graph leaves eager."""
-    import statistics
+def eager(model, b, pad, precision, cuda, iters):
+    """(device_s, host_s) of an update's forward and backward pass."""
 
-    import torch
-
-    times = []
-    for i in range(iters + 2):
+    def step():
         model.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+        with precision_context(precision, cuda):
+            encoder_out = model.encoder(b["src"], src_lengths=b["lengths"])
+            loss = decoder_loss(model, b, encoder_out, pad)
+        loss.backward()
+
+    return timed(step, cuda, iters)
+
+
+def encoder_alone(model, b, precision, cuda, iters):
+    """Seconds of the encoder's forward and backward (the sum of its outputs as the loss):
+    the part a decoder graph leaves eager."""
+
+    def step():
+        model.zero_grad(set_to_none=True)
         with precision_context(precision, cuda):
             outputs = tensors(model.encoder(b["src"], src_lengths=b["lengths"]))
         sum(t.float().sum() for t in outputs if t.requires_grad).backward()
-        if cuda:
-            torch.cuda.synchronize()
-        if i >= 2:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+    return timed(step, cuda, iters)[0]
 
 
 def graphed(model, b, pad, precision, iters):
@@ -255,13 +256,13 @@ def main(argv=None):
     import torch
 
     cuda = torch.cuda.is_available() and not args.dry_run
-    start = time.time()
     os.makedirs(args.out, exist_ok=True)
     bin_dir = args.data
     if bin_dir is None:
         work = args.work or os.path.join(os.path.dirname(os.path.abspath(args.out)), "gpu_work")
         vocab, n, n_test = (300, 256, 8) if args.dry_run else (50000, 8192, 256)  # as gpu.py
         bin_dir = gpu.make_data(os.path.join(work, "data"), vocab, n, n_test, sys.executable, 8)
+    start = time.time()  # the budget counts from here, after the data
     if args.dry_run:
         args.batch, args.length, args.iters = 4, 6, 1
     results = {"batch": args.batch, "length": args.length, "iters": args.iters,
@@ -269,14 +270,18 @@ def main(argv=None):
                "torch": torch.__version__, "runs": {}}  # fmt: skip
     path = os.path.join(args.out, "probe.json")
     if os.path.exists(path):  # one model per process: a failed capture cannot touch the next
-        with open(path) as f:
-            results["runs"] = json.load(f)["runs"]
+        try:
+            with open(path) as f:
+                results["runs"] = json.load(f)["runs"]
+        except (ValueError, KeyError) as e:  # a process killed while writing it
+            print(f"[probe] {path} unreadable ({e}): starting it again", flush=True)
 
     def save(key, value):
         results["runs"][key] = value
         results["seconds"] = round(time.time() - start, 1)
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:
             json.dump(results, f, indent=1)
+        os.replace(path + ".tmp", path)  # whole or not at all
         print(f"[probe] {key}: {value}", flush=True)
 
     for name in args.models:

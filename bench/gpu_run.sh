@@ -8,9 +8,12 @@
 # usage: bench/gpu_run.sh OUT [WHEELS]   (from the repository root; WHEELS default .whl)
 #   env ARGS        more options for bench/gpu.py (e.g. "--rounds 2", "--deadline-s 300")
 #       PROBE       1: run bench/gpu_probe.py first; PROBE_ARGS, more options for it
-#       TESTS       1: also pytest -k cuda tests/test_cuda_step.py tests/test_half_models.py
-#                   tests/test_precision.py (needs pytest and hypothesis on that machine)
-#       TESTS_S     the seconds the tests may take (default 300)
+#       TESTS       1: also tests/test_cuda_step.py, then pytest -k cuda tests/test_half_models.py
+#                   tests/test_precision.py (needs pytest on that machine; the CUDA image has it)
+#       TESTS_S     the seconds the second group may take (default 300; stopped with SIGINT,
+#                   pytest still prints its failures and summary)
+#       END_S       when set: gpu.py's --deadline-s is END_S minus the seconds this script has
+#                   run so far (its last run ends after that)
 set -euo pipefail
 OUT=${1:?usage: bench/gpu_run.sh OUT [WHEELS]}
 WHEELS=${2:-.whl}
@@ -21,9 +24,10 @@ export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 nvidia-smi 2>&1 | tee "$OUT/bench.log" || true
 if [ "${TESTS:-0}" = 1 ]; then  # first: they check the code the figures below measure
-  timeout "${TESTS_S:-300}" python3 -m pytest -q -p no:cacheprovider -k cuda \
-    tests/test_cuda_step.py tests/test_half_models.py tests/test_precision.py 2>&1 \
-    | tail -60 >> "$OUT/cuda_tests.log" || true
+  timeout -s INT -k 5 60 python3 -m pytest -q -rA --tb=short -p no:cacheprovider \
+    tests/test_cuda_step.py >> "$OUT/cuda_tests.log" 2>&1 || true
+  timeout -s INT -k 5 "${TESTS_S:-300}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+    -k cuda tests/test_half_models.py tests/test_precision.py 2>&1 | tail -80 >> "$OUT/cuda_tests.log" || true
 fi
 if [ "${PROBE:-0}" = 1 ]; then
   for model in lstm global local-p; do  # a failed graph capture cannot reach the next model
@@ -32,5 +36,7 @@ if [ "${PROBE:-0}" = 1 ]; then
       | grep -v '^INFO' | tee -a "$OUT/probe.log" || true
   done
 fi
+DEADLINE=()
+[ -n "${END_S:-}" ] && DEADLINE=(--deadline-s "$((END_S - SECONDS))")
 # shellcheck disable=SC2086
-python3 bench/gpu.py --out "$OUT" ${ARGS:-} 2>&1 | tee -a "$OUT/bench.log"
+python3 bench/gpu.py --out "$OUT" ${ARGS:-} "${DEADLINE[@]}" 2>&1 | tee -a "$OUT/bench.log"

@@ -6,7 +6,12 @@ test_fast_paths.py holds to the same reference."""
 
 import pytest
 import torch
-from conftest import assert_fast_loop_equals_the_paper_loop, build
+from conftest import (
+    assert_fast_loop_equals_the_paper_loop,
+    build,
+    random_batch,
+    random_prev_output,
+)
 
 from luong_plugin.modules import luong_loop
 
@@ -56,3 +61,20 @@ def test_cuda_fast_loop_equals_the_paper_loop(window):
     model = build(attention_window=window, attention_score="general", input_feeding=True,
                   window_size=2, dropout=0.3)  # fmt: skip
     assert_fast_loop_equals_the_paper_loop(model, [9, 4, 7], device="cuda")
+
+
+@pytest.mark.parametrize("window", ["global", "local-p"])
+def test_cuda_incremental_decoding_equals_the_full_forward(window):
+    """Beam search's path on CUDA (no autograd, one step at a time, the step weights kept
+    in the incremental state) against the full forward, fp32."""
+    model = build(attention_window=window, attention_score="general", input_feeding=True)
+    model = model.cuda().eval()
+    src, lengths = (t.cuda() for t in random_batch(model.encoder.dictionary, [9, 4, 6]))
+    prev = random_prev_output(model.decoder.dictionary, 3, 7).cuda()
+    with torch.no_grad():
+        full, _ = model(src, lengths, prev)  # B x T x V
+        encoder_out, state, steps = model.encoder(src, lengths), {}, []
+        for t in range(1, prev.size(1) + 1):
+            out, _ = model.decoder(prev[:, :t], encoder_out, incremental_state=state)
+            steps.append(out)  # B x 1 x V
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
