@@ -112,7 +112,8 @@ def train(corpus: str, name: str, seed: int, args) -> dict:
         "--source-lang", src, "--target-lang", tgt, *OPTIMISATION, *options,
         "--seed", str(seed), "--max-update", str(args.updates), "--max-epoch", "0",
         "--validate-interval-updates", str(args.validate_every), "--validate-interval", "1000",
-        "--no-save", "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
+        "--no-save", "--save-dir", os.path.join(save_dir, "checkpoints"),  # fairseq checks it
+        "--no-progress-bar", "--log-format", "simple", "--log-interval", "100",
         "--skip-invalid-size-inputs-valid-test",
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
