@@ -42,41 +42,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import gpu  # noqa: E402  (the synthetic data and the model options)
+import systems  # noqa: E402  (models built as fairseq-train builds them)
 
 sys.path.insert(0, gpu.REPO)
 from luong_plugin.modules import luong_loop  # noqa: E402
 
-MODELS = {  # name: (arch options, precisions, ours)
-    "lstm": (gpu.LSTM, ("fp32", "tf32", "amp"), False),
-    "global": (
-        gpu.LUONG_GLOBAL,
-        ("bf16", "bf16-plain", "fp32", "fp32-plain", "amp", "tf32"),
-        True,
-    ),
-    "local-p": (
-        gpu.LUONG_LOCAL_P,
-        ("bf16", "bf16-plain", "fp32", "fp32-plain", "amp", "tf32"),
-        True,
-    ),
+OURS = ("bf16", "bf16-plain", "fp32", "fp32-plain", "amp", "tf32")
+MODELS = {  # name: (arch options, precisions)
+    "lstm": (gpu.LSTM, ("fp32", "tf32", "amp")),
+    "global": (gpu.LUONG_GLOBAL, OURS),
+    "local-p": (gpu.LUONG_LOCAL_P, OURS),
 }
 PLAIN = "-plain"  # ours with luong_loop.FUSED_CELL off: the step's elementwise work unfused
 
 
-def build(bin_dir, arch, ours_bf16, dry_run):
-    """(model, target dictionary) as fairseq-train builds them, on the GPU when present."""
+def build(bin_dir, name, ours_bf16, dry_run):
+    """(model, target dictionary) of ``name`` as fairseq-train builds them (systems.py's
+    ``build``), on the GPU when present."""
     import torch
-    from fairseq import options, tasks
 
-    name = next(m for m, spec in MODELS.items() if spec[0] is arch)
-    argv = [bin_dir, "--user-dir", gpu.USER_DIR, *arch, "--seed", "1",
-            *(gpu.DRY_SIZES[name] if dry_run else []), *(["--cpu"] if dry_run else []),
-            *(["--precision", "bf16"] if ours_bf16 else [])]  # fmt: skip
-    args = options.parse_args_and_arch(options.get_training_parser(), argv)
-    task = tasks.setup_task(args)
+    arch = MODELS[name][0] + (["--precision", "bf16"] if ours_bf16 else [])
+    common = [bin_dir, "--seed", "1", *(["--cpu"] if dry_run else [])]
     torch.manual_seed(1)
-    model = task.build_model(args)
-    device = "cpu" if dry_run else "cuda"
-    return model.to(device).train(), task.target_dictionary
+    _, task, model, _ = systems.build(
+        arch, common, gpu.USER_DIR, gpu.DRY_SIZES[name] if dry_run else []
+    )
+    return model.to("cpu" if dry_run else "cuda").train(), task.target_dictionary
 
 
 def batch(dictionary, n, length, device):
@@ -285,8 +276,7 @@ def main(argv=None):
         print(f"[probe] {key}: {value}", flush=True)
 
     for name in args.models:
-        arch, precisions, ours = MODELS[name]
-        precisions = args.precisions or precisions
+        precisions = args.precisions or MODELS[name][1]
         built = {}
         for precision in precisions:
             if time.time() - start > args.budget_s:
@@ -299,7 +289,7 @@ def main(argv=None):
             if bf16 not in built:
                 built.pop(not bf16, None)  # one model on the GPU at a time
                 torch.cuda.empty_cache() if cuda else None
-                built[bf16] = build(bin_dir, arch, bf16, args.dry_run)
+                built[bf16] = build(bin_dir, name, bf16, args.dry_run)
             model, dictionary = built[bf16]
             if precision == "fp16":
                 model = model.half()
