@@ -192,6 +192,37 @@ def test_fused_loss_gradients_equal_the_formula_in_float64(with_bias):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fused_loss_of_far_apart_logits_in_low_precision(dtype):
+    """Logits hundreds apart, where the target's probability underflows fp32 (exp(-300)):
+    the loss and nll stay finite and equal the formula in float64 on the logits as the
+    dtype's product rounds them, to fp32's rounding; the gradients equal the float64
+    formula's to the dtype's."""
+    g = torch.Generator().manual_seed(1)
+    N, C, V = 12, 4, 9
+    features = torch.randn(N, C, generator=g, dtype=torch.float64)
+    weight = torch.randn(V, C, generator=g, dtype=torch.float64) * 100  # logits ~ ±300
+    bias = torch.randn(V, generator=g, dtype=torch.float64) * 100
+    target = torch.nn.functional.linear(features, weight, bias).argmin(-1)  # N
+    f, w, b = (t.to(dtype).requires_grad_() for t in (features, weight, bias))
+    logits = torch.nn.functional.linear(f, w, b).detach().double()  # N x V, the dtype's
+    assert torch.softmax(logits.float(), -1).gather(1, target.unsqueeze(1)).max() == 0
+    loss, nll, _ = fused_output_loss(f, w, b, target, 0.1, 5)
+    loss.backward()
+    assert loss.dtype == nll.dtype == torch.float32  # sums in fp32, as fairseq's log-softmax
+    ref_loss, ref_nll = label_smoothed_nll_loss(
+        torch.log_softmax(logits, -1), target, 0.1, ignore_index=None
+    )
+    torch.testing.assert_close(loss.double(), ref_loss, atol=0, rtol=1e-6)
+    torch.testing.assert_close(nll.double(), ref_nll, atol=0, rtol=1e-6)
+    leaves = [t.detach().double().requires_grad_() for t in (f, w, b)]
+    _plain_formula(*leaves, target, 0.1)[0].backward()
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    for got, ref in zip((f, w, b), leaves):
+        torch.testing.assert_close(got.grad.double(), ref.grad, atol=tol * ref.grad.abs().max(),
+                                   rtol=0)  # fmt: skip
+
+
 def test_fused_loss_refuses_what_it_cannot_fuse():
     model = build("luong_tiny")
     task = TinyTask(model.encoder.dictionary, model.decoder.dictionary)

@@ -7,7 +7,7 @@ figures and the gradients of ``--criterion label_smoothed_cross_entropy``
 - only the target tokens that are not padding go through the output layer
   (fairseq projects every position of the padded B x T batch, then zeroes the
   padding's loss);
-- the output layer, the log-softmax and the loss run over chunks of
+- the output layer, the softmax and the loss run over chunks of
   ``--loss-chunk-tokens`` tokens, and each chunk's gradients are formed at
   once, in the forward pass: no N x V logits, log-probabilities or gradient
   of them is ever held, only a chunk's.
@@ -23,7 +23,10 @@ y and a vocabulary of V:
 
 so ∂loss/∂x = (a + cV) pᵀW - a W_y - c Σ_v W_v, and likewise for W and b: the
 products with p are the only N x V work, and the one-hot and constant terms
-are added once, as rows.
+are added once, as rows. Between the products each chunk takes one pass of exp
+over its n x V logits (the softmax, in fp32): lse is read off it as
+max_v z_v - log max_v p_v (max p = 1 / Σ_v exp(z_v - max z) ≥ 1 / V, so its log
+loses nothing), and smooth = V · lse - Σ_v z_v; no log-probabilities are formed.
 
 It needs a decoder whose output layer is one linear map of its features:
 ``luong``, ``bahdanau`` and fairseq's own ``lstm`` (without adaptive softmax).
@@ -105,21 +108,23 @@ class _FusedOutputLoss(torch.autograd.Function):
                 z = x.matmul(weight_low.t())  # n x V, in the model's dtype like fairseq's logits
             else:
                 z = torch.addmm(bias_low, x, weight_low.t())  # n x V
-            log_probs = torch.log_softmax(z, dim=-1, dtype=acc)  # n x V
-            nll -= log_probs.gather(1, y.unsqueeze(1)).sum()
-            smooth -= log_probs.sum()
+            z = z.to(acc)  # n x V (fp32 logits stay as they are)
+            p = torch.softmax(z, dim=-1)  # n x V: the chunk's one pass of exp
+            # lse = max z - log max p: max p = 1 / Σ_v exp(z_v - max z) ≥ 1 / V
+            lse = z.amax(-1) - p.amax(-1).log()  # n
+            nll += (lse - z.gather(1, y.unsqueeze(1)).squeeze(1)).sum()
+            smooth += V * lse.sum() - z.sum()
             if count:
-                correct += (log_probs.argmax(-1) == y).sum()
+                correct += (z.argmax(-1) == y).sum()
             if all(g is None for g in grads):
                 continue
-            if low:  # softmax(z) straight into the product dtype: one pass
-                p = torch.exp(log_probs, out=torch.empty_like(z))  # n x V
+            if low:
+                p = p.to(features.dtype)  # n x V: the products' dtype
                 if d_features is not None:
                     d_features[start : start + chunk] = p.mm(weight_low)  # n x C
                 if d_weight is not None:
                     d_weight += p.t().mm(x)  # V x C
             else:
-                p = log_probs.exp_()  # n x V: softmax(z)
                 if d_features is not None:
                     torch.mm(p, weight_acc, out=d_features[start : start + chunk])  # n x C
                 if d_weight is not None:
