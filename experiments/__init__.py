@@ -10,7 +10,7 @@ and renders the page that shows them (harness.py: what they share):
 - ``bf16_parts``: which products bf16 may take;
 - ``budget``: make demo's model and its peers at equal time (docs/BUDGET.md);
 - ``ladder``: the papers' Tables 1 and 4 at CPU scale, word level (docs/RESULTS.md);
-- ``corpus_compare``: make demo's choices on another corpus, per update (docs/CORPORA.md);
+- ``corpus_compare``: make demo's choices on another corpus and its own, per update (docs/CORPORA.md);
 - ``corpus_budget``: the same choices at equal time on two corpora, BLEU (docs/CORPUS_BUDGET.md);
 - ``source_dependence``: whether a checkpoint reads its source.
 

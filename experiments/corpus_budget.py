@@ -33,15 +33,7 @@ from experiments.compare_runs import OPTIMISATION
 from experiments.corpus_compare import MAIN_RUNS, RUNS
 
 # name: (recipe that prepares it, data folder, source, target)
-CORPORA = {
-    "bible_es_en": (
-        "recipes/bible_es_en/prepare.sh --out data/bible_es_en",
-        "data/bible_es_en",
-        "es",
-        "en",
-    ),
-    "docs_en_fr_long": corpus_compare.CORPORA["docs_en_fr_long"],
-}
+CORPORA = {name: corpus_compare.CORPORA[name] for name in ("bible_es_en", "docs_en_fr_long")}
 RESULTS = harness.results_dir("corpus_budget")
 RUN_DIRS = os.path.join(harness.REPO, "runs", "corpus_budget")
 PAGE = os.path.join(harness.REPO, "docs", "CORPUS_BUDGET.md")

@@ -1,4 +1,4 @@
-"""make demo's choices on another corpus: learning per update, two seeds.
+"""make demo's choices on another corpus and its own: learning per update, two seeds.
 
     python -m experiments.corpus_compare [--corpus docs_en_fr_long] [--runs NAME ...]
         [--seeds 1 2] [--updates 1500] [--validate-every 250] [--jobs 2] [--render-only]

@@ -196,8 +196,8 @@ def test_fused_loss_gradients_equal_the_formula_in_float64(with_bias):
 def test_fused_loss_of_far_apart_logits_in_low_precision(dtype):
     """Logits hundreds apart, where the target's probability underflows fp32 (exp(-300)):
     the loss and nll stay finite and equal the formula in float64 on the logits as the
-    dtype's product rounds them, to fp32's rounding; the gradients equal the float64
-    formula's to the dtype's."""
+    dtype's products (chunk by chunk, as the loss computes them) round them, to fp32's
+    rounding; the gradients equal the float64 chain rule from those logits to the dtype's."""
     g = torch.Generator().manual_seed(1)
     N, C, V = 12, 4, 9
     features = torch.randn(N, C, generator=g, dtype=torch.float64)
@@ -205,22 +205,24 @@ def test_fused_loss_of_far_apart_logits_in_low_precision(dtype):
     bias = torch.randn(V, generator=g, dtype=torch.float64) * 100
     target = torch.nn.functional.linear(features, weight, bias).argmin(-1)  # N
     f, w, b = (t.to(dtype).requires_grad_() for t in (features, weight, bias))
-    logits = torch.nn.functional.linear(f, w, b).detach().double()  # N x V, the dtype's
+    chunk = 5
+    logits = torch.cat([torch.addmm(b, f[i : i + chunk], w.t()) for i in range(0, N, chunk)])
+    logits = logits.detach().double().requires_grad_()  # N x V, as the dtype's products give
     assert torch.softmax(logits.float(), -1).gather(1, target.unsqueeze(1)).max() == 0
-    loss, nll, _ = fused_output_loss(f, w, b, target, 0.1, 5)
+    loss, nll, _ = fused_output_loss(f, w, b, target, 0.1, chunk)
     loss.backward()
     assert loss.dtype == nll.dtype == torch.float32  # sums in fp32, as fairseq's log-softmax
     ref_loss, ref_nll = label_smoothed_nll_loss(
         torch.log_softmax(logits, -1), target, 0.1, ignore_index=None
     )
-    torch.testing.assert_close(loss.double(), ref_loss, atol=0, rtol=1e-6)
+    torch.testing.assert_close(loss.double(), ref_loss.detach(), atol=0, rtol=1e-6)
     torch.testing.assert_close(nll.double(), ref_nll, atol=0, rtol=1e-6)
-    leaves = [t.detach().double().requires_grad_() for t in (f, w, b)]
-    _plain_formula(*leaves, target, 0.1)[0].backward()
-    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
-    for got, ref in zip((f, w, b), leaves):
-        torch.testing.assert_close(got.grad.double(), ref.grad, atol=tol * ref.grad.abs().max(),
-                                   rtol=0)  # fmt: skip
+    (grad_z,) = torch.autograd.grad(ref_loss, logits)  # N x V
+    x, weight_t = f.detach().double(), w.detach().double()  # the rounded inputs
+    refs = (grad_z.mm(weight_t), grad_z.t().mm(x), grad_z.sum(0))  # ∂/∂x, ∂/∂W, ∂/∂b
+    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]
+    for got, ref in zip((f, w, b), refs):
+        torch.testing.assert_close(got.grad.double(), ref, atol=tol * ref.abs().max(), rtol=0)
 
 
 def test_fused_loss_refuses_what_it_cannot_fuse():
