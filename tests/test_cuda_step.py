@@ -12,6 +12,7 @@ from conftest import (
     random_batch,
     random_prev_output,
 )
+from test_luong_model import decode_incrementally
 
 from luong_plugin.modules import luong_loop
 
@@ -73,8 +74,5 @@ def test_cuda_incremental_decoding_equals_the_full_forward(window):
     prev = random_prev_output(model.decoder.dictionary, 3, 7).cuda()
     with torch.no_grad():
         full, _ = model(src, lengths, prev)  # B x T x V
-        encoder_out, state, steps = model.encoder(src, lengths), {}, []
-        for t in range(1, prev.size(1) + 1):
-            out, _ = model.decoder(prev[:, :t], encoder_out, incremental_state=state)
-            steps.append(out)  # B x 1 x V
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
+        steps, _ = decode_incrementally(model, src, lengths, prev)  # B x T x V
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=0)

@@ -12,8 +12,8 @@ accumulation, while these stay fp32:
 - the LSTM cell state c_t and h_t of the input-feeding loop and the GRU state
   s_i / h_i: each product is cast to fp32 before the gates (``lstm_step``, on
   CUDA ``fused_lstm_cell``, outside autocast; ``PaperGRU.step``). The LSTMs run
-  as one ``nn.LSTM`` call (Luong's encoder, on
-  a packed batch, and the decoder without input feeding) are autocast whole, and
+  as one ``nn.LSTM`` call (Luong's encoder, on a packed batch, and the decoder
+  without input feeding) are autocast whole, and
   torch picks their kernel by batch: oneDNN's bf16 LSTM, with a bf16 state and
   bf16 outputs, for the no-feed decoder and for packed batches whose lengths are
   all equal (tests/test_bf16_parts.py), its own LSTM with bf16 products and an
