@@ -9,7 +9,13 @@ synthetic text (Zipf-distributed words, 10-50 a sentence, batches of 128 sentenc
 
 - fairseq's ``lstm_luong_wmt_en_de`` in fp32, ``--fp16`` and ``--amp``;
 - ours: global (general), local-p (general, the paper's best) and RNNsearch, each in fp32,
-  ``--fp16``, ``--amp`` and ``--precision bf16``.
+  ``--fp16``, ``--amp`` and ``--precision bf16``;
+- ours with ``--cuda-graphs`` (models ``global+graphs``, ``local-p+graphs``): trained only,
+  ``--graph-updates`` updates timed after ``--graph-warmup``, so that every bucket's graph
+  is captured before the timing (results.json says how many were, and whether any was
+  captured later);
+- ``tf32``: fp32 with cuBLAS's products in TF32 (torch's ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``
+  set for the run, no option of fairseq's), for fairseq's lstm and ours alike; trained only.
 
 Each run trains ``--updates`` updates with Adam; the target tokens per second of the
 updates after ``--warmup`` are timed in the trainer's own step (forward, backward and
@@ -54,15 +60,20 @@ RNNSEARCH = ["--arch", "bahdanau_rnnsearch_wmt_en_fr"]
 LSTM = ["--arch", "lstm_luong_wmt_en_de"]
 PRECISIONS = {
     "fp32": [],
+    "tf32": [],  # fp32 with cuBLAS's products in TF32: TF32_ENV set for the run
     "fp16": ["--fp16"],
     "amp": ["--amp"],
     "bf16": ["--precision", "bf16"],  # ours only: fairseq's --bf16 needs a TPU
 }
+TF32_ENV = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # torch's switch, no code change
+GRAPHS = "+graphs"  # ours with --cuda-graphs: trained only, --graph-updates long
 MODELS = {  # name: (arch options, precisions it is trained in, ours)
-    "lstm": (LSTM, ("fp32", "fp16", "amp"), False),
-    "global": (LUONG_GLOBAL, ("fp32", "fp16", "amp", "bf16"), True),
-    "local-p": (LUONG_LOCAL_P, ("fp32", "fp16", "amp", "bf16"), True),
-    "rnnsearch": (RNNSEARCH, ("fp32", "fp16", "amp", "bf16"), True),
+    "lstm": (LSTM, ("fp32", "tf32", "fp16", "amp"), False),
+    "global": (LUONG_GLOBAL, ("fp32", "tf32", "fp16", "amp", "bf16"), True),
+    "local-p": (LUONG_LOCAL_P, ("fp32", "tf32", "fp16", "amp", "bf16"), True),
+    "rnnsearch": (RNNSEARCH, ("fp32", "tf32", "fp16", "amp", "bf16"), True),
+    "global" + GRAPHS: (LUONG_GLOBAL + ["--cuda-graphs"], ("fp32", "tf32", "amp", "bf16"), True),
+    "local-p" + GRAPHS: (LUONG_LOCAL_P + ["--cuda-graphs"], ("fp32", "tf32", "amp", "bf16"), True),
 }
 # tiny sizes for --dry-run (the archs keep the papers' sizes otherwise)
 DRY_SIZES = {
@@ -73,7 +84,8 @@ DRY_SIZES = {
                   "--decoder-embed-dim", "16", "--decoder-hidden-size", "16",
                   "--attention-dim", "16", "--maxout-dim", "8"],
 }  # fmt: skip
-DRY_SIZES["global"] = DRY_SIZES["local-p"] = DRY_SIZES["lstm"]
+for _name in ("global", "local-p", "global" + GRAPHS, "local-p" + GRAPHS):
+    DRY_SIZES[_name] = DRY_SIZES["lstm"]
 
 
 # -- data -----------------------------------------------------------------------------------
@@ -140,37 +152,51 @@ def train_worker(argv, warmup):
             timed["tokens"] += sum(s.get("ntokens", 0) for s in samples if s)
             timed["seconds"] += time.perf_counter() - start
             timed["steps"] += 1
+        graphs = getattr(getattr(self.model, "decoder", None), "graphs", None)
+        if graphs is not None:  # --cuda-graphs: buckets captured, by the timing's start too
+            timed["graphs"] = len(graphs.captured)
+            timed["eager_batches"] = graphs.eager_batches
+            if self.get_num_updates() <= warmup:
+                timed["graphs_before_timing"] = len(graphs.captured)
         return out
 
     Trainer.train_step = train_step
+    # fairseq's trainer resets the peak-memory count after every update (to log gb_free), so
+    # that max_memory_allocated at the end would be what a run holds between updates: kept
+    torch.cuda.reset_peak_memory_stats = lambda *args, **kwargs: None
     from fairseq_cli.train import cli_main
 
     sys.argv = ["fairseq-train", *argv]
     cli_main()
     peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     rate = timed["tokens"] / timed["seconds"] if timed["seconds"] else None
-    print(MARK + json.dumps({"tokens_per_s": rate, "steps": timed["steps"], "peak_gib": peak}))
+    result = {"tokens_per_s": rate, "steps": timed["steps"], "peak_gib": peak}
+    result.update({k: v for k, v in timed.items() if k.startswith(("graphs", "eager"))})
+    print(MARK + json.dumps(result))
 
 
 def run_train(args, bin_dir, model, precision, save_dir=None):
     arch, _, _ = MODELS[model]
     flags = PRECISIONS[precision]
+    updates, warmup = args.updates, args.warmup
+    if model.endswith(GRAPHS):  # timed once every bucket's graph is captured
+        updates, warmup, save_dir = args.graph_updates, args.graph_warmup, None
     if args.dry_run and precision == "fp16":  # fairseq's --fp16 optimizer needs CUDA
         flags = ["--memory-efficient-fp16"]
     argv = [
         bin_dir, "--user-dir", USER_DIR, *arch, *(DRY_SIZES[model] if args.dry_run else []),
         *flags, "--optimizer", "adam", "--lr", "0.001", "--clip-norm", "5",
         "--batch-size", str(args.batch), "--max-tokens", str(args.batch * 60),
-        "--required-batch-size-multiple", "1", "--max-update", str(args.updates),
+        "--required-batch-size-multiple", "1", "--max-update", str(updates),
         "--max-epoch", "0", "--disable-validation", "--seed", "1", "--num-workers", "0",
         "--log-format", "simple", "--log-interval", "10", "--no-progress-bar",
         *(["--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state"]
           if save_dir else ["--no-save"]),
         *(["--cpu"] if args.dry_run else []),
     ]  # fmt: skip
-    cmd = [args.python, os.path.abspath(__file__), "--worker", str(args.warmup), "--", *argv]
+    cmd = [args.python, os.path.abspath(__file__), "--worker", str(warmup), "--", *argv]
     start = time.time()
-    proc = run_worker(args, cmd)
+    proc = run_worker(args, cmd, TF32_ENV if precision == "tf32" else {})
     log = proc.stdout + proc.stderr
     found = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not found:
@@ -181,9 +207,11 @@ def run_train(args, bin_dir, model, precision, save_dir=None):
 
 
 def decode_flags(model, precision):
-    """fairseq-generate's precision options, or None: --amp is training only, and
-    fairseq's lstm has no bf16."""
-    if precision == "amp" or (precision == "bf16" and not MODELS[model][2]):
+    """fairseq-generate's precision options, or None: --amp is training only, fairseq's
+    lstm has no bf16, --cuda-graphs graphs training only, and TF32 is timed in training."""
+    if precision in ("amp", "tf32") or model.endswith(GRAPHS):
+        return None
+    if precision == "bf16" and not MODELS[model][2]:
         return None
     return {"fp32": [], "fp16": ["--fp16"],
             "bf16": ["--model-overrides", "{'precision': 'bf16'}"]}[precision]  # fmt: skip
@@ -213,12 +241,13 @@ def run_decode(args, bin_dir, model, precision, checkpoint):
     }
 
 
-def run_worker(args, cmd) -> subprocess.CompletedProcess:
-    """One fairseq-train or -generate process, stopped after ``--run-timeout-s`` (a hung
-    run must not take the rest of a short GPU loan): then exit code -9 and a last line
-    that says so."""
+def run_worker(args, cmd, env=None) -> subprocess.CompletedProcess:
+    """One fairseq-train or -generate process (``env``: more environment variables),
+    stopped after ``--run-timeout-s`` (a hung run must not take the rest of a short GPU
+    loan): then exit code -9 and a last line that says so."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=worker_env(),
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
+                              env=dict(worker_env(), **(env or {})),
                               timeout=args.run_timeout_s)  # fmt: skip
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -336,6 +365,9 @@ def collapse(train: dict) -> dict:
                     "tokens_per_s": median([r["tokens_per_s"] for r in ok]),
                     "peak_gib": median([r.get("peak_gib") for r in ok]),
                     "rounds": [r["tokens_per_s"] for r in ok],
+                    # --cuda-graphs: buckets captured, before the timed updates too, and
+                    # batches past the limit (the last round's)
+                    **{k: v for k, v in ok[-1].items() if k.startswith(("graphs", "eager"))},
                 }
             else:
                 out.setdefault(model, {})[p] = {"error": rounds[-1]["error"]}
@@ -354,6 +386,18 @@ def main(argv=None):
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=list(PRECISIONS))
     p.add_argument("--updates", type=int, default=40)
     p.add_argument("--warmup", type=int, default=30, help="updates not timed")
+    p.add_argument(
+        "--graph-updates",
+        type=int,
+        default=80,
+        help="updates of the --cuda-graphs runs (64 batches an epoch at the defaults)",
+    )
+    p.add_argument(
+        "--graph-warmup",
+        type=int,
+        default=64,
+        help="--cuda-graphs runs: updates not timed (each bucket's capture among them)",
+    )
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--batch", type=int, default=128, help="sentences per batch")
     p.add_argument("--vocab", type=int, default=50000)
@@ -380,8 +424,11 @@ def main(argv=None):
     if args.dry_run:  # the same plumbing in seconds
         args.vocab, args.train_sentences, args.decode_sentences = 300, 256, 8
         args.batch, args.updates, args.warmup, args.decode_len = 16, 4, 2, 6
+        args.graph_updates, args.graph_warmup = 5, 2
     if not 0 <= args.warmup < args.updates:
         p.error("--warmup must be >= 0 and below --updates")
+    if not 0 <= args.graph_warmup < args.graph_updates:
+        p.error("--graph-warmup must be >= 0 and below --graph-updates")
     start = time.time()
     os.makedirs(args.out, exist_ok=True)
     work = args.work or os.path.join(os.path.dirname(os.path.abspath(args.out)), "gpu_work")

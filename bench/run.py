@@ -296,8 +296,12 @@ def main(argv=None):
     results["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results["minutes"] = (time.time() - started) / 60
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    kept = ""
+    if os.path.exists(args.out):  # the GPU section is bench/gpu.py's: kept as it is
+        with open(args.out) as f:
+            kept = report.kept_section(f.read())
     with open(args.out, "w") as f:
-        f.write(report.markdown(results))
+        f.write(report.markdown(results).rstrip("\n") + "\n" + kept)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

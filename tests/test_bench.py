@@ -125,6 +125,25 @@ def test_gpu_targets_are_ratios_of_the_same_run():
     assert rows["global (bf16) >= 3x lstm (fp32)"] == ("3.20x", True)
     assert rows["local-p (fp32) >= 0.9x global (bf16)"] == ("0.47x", False)
     assert rows["beam 10: global (fp16) >= 2x lstm (fp32)"] == ("2.50x", True)
+    # with --cuda-graphs: ours in its fastest setting, graphed or not
+    train["global+graphs"] = {"fp32": {"tokens_per_s": 250.0}, "amp": {"tokens_per_s": 400.0}}
+    train["local-p+graphs"] = {"tf32": {"tokens_per_s": 380.0}}
+    rows = {t: (m, ok) for t, m, ok in gpu.targets(train, decode)}
+    assert rows["global+graphs amp >= 1.5x global+graphs fp32"] == ("1.60x", True)
+    assert rows["global (amp+graphs) >= 3x lstm (fp32)"] == ("4.00x", True)
+    assert rows["local-p (tf32+graphs) >= 0.9x global (amp+graphs)"] == ("0.95x", True)
+
+
+def test_make_bench_keeps_the_gpu_section_of_the_page():
+    """bench/run.py rewrites docs/BENCHMARKS.md from its own results, and keeps the section
+    bench/gpu.py's runs own, which its header links to."""
+    _gpu_module()
+    report = _bench_module("report")
+    with open(os.path.join(REPO, "docs", "BENCHMARKS.md")) as f:
+        page = f.read()
+    kept = report.kept_section(page)
+    assert kept.startswith("\n## On a GPU") and page.endswith(kept)
+    assert report.kept_section("# Benchmarks\n\n## Training throughput\n") == ""
 
 
 def test_gpu_failure_line_is_the_error_not_the_traceback_tail():
@@ -230,6 +249,7 @@ def test_gpu_benchmark_dry_run_trains_and_decodes(tmp_path):
         tmp_path / "work",
         "--models",
         "global",
+        "global+graphs",
         "--precisions",
         "fp32",
     ]
@@ -237,6 +257,9 @@ def test_gpu_benchmark_dry_run_trains_and_decodes(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["train"]["global"]["fp32"]["tokens_per_s"] > 0, results["train"]
+    # --cuda-graphs on a CPU: accepted, trained on the plain path, not decoded
+    assert results["train"]["global+graphs"]["fp32"]["tokens_per_s"] > 0, results["train"]
+    assert "global+graphs" not in results["decode"]
     decoded = results["decode"]["global"]["fp32"]
     assert decoded["sentences"] == 8 and decoded["equal_lengths"], decoded
     assert "| global |" in (out / "summary.md").read_text()

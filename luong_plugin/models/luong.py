@@ -14,6 +14,7 @@ import torch.nn as nn
 from fairseq.models import register_model
 
 from ..modules.attention import LuongAttention
+from ..modules.cuda_graphs import DecoderGraphs
 from ..modules.lstm_encoder import LuongEncoder
 from ..modules.luong_decoder import LuongDecoder
 from ..modules.precision import set_precision
@@ -122,6 +123,8 @@ class LuongModel(PluginModel):
             share_input_output_embed=cfg.share_decoder_input_output_embed,
             dropout_placement=placement,
         )
+        if cfg.cuda_graphs:
+            decoder.graphs = DecoderGraphs(decoder, cfg.cuda_graph_step, cfg.cuda_graph_limit)
         model = cls(encoder, decoder)
         set_precision(model, cfg.precision)
         init_uniform_(model, cfg.init_range)

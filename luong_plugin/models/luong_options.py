@@ -138,6 +138,29 @@ class LuongConfig(FairseqDataclass):
         default=False, metadata={"help": "tie the target embedding and W_s"}
     )
     precision: PrecisionChoice = precision_field()
+    cuda_graphs: bool = field(
+        default=False,
+        metadata={
+            "help": "training on a GPU: the decoder's forward and backward pass recorded "
+            "once per batch shape as CUDA graphs and replayed (batches padded up to "
+            "--cuda-graph-step; modules/cuda_graphs.py, docs/SPEED.md); the model is the "
+            "same, decoding and validation are not graphed"
+        },
+    )
+    cuda_graph_step: int = field(
+        default=8,
+        metadata={
+            "help": "--cuda-graphs: batch size, source and target length are padded up to "
+            "multiples of this, one graph per padded shape"
+        },
+    )
+    cuda_graph_limit: int = field(
+        default=16,
+        metadata={
+            "help": "--cuda-graphs: at most this many padded shapes are graphed; batches "
+            "of other shapes take the plain path"
+        },
+    )
     max_source_positions: int = field(
         default=1024,
         metadata={

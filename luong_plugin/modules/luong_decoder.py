@@ -104,6 +104,7 @@ class LuongDecoder(CachedStateDecoder):
         self.W_s = nn.Linear(out_embed_dim, len(dictionary))
         if share_input_output_embed:
             self.W_s.weight = self.embed_tokens.weight
+        self.graphs = None  # --cuda-graphs: a cuda_graphs.DecoderGraphs
 
     # -- state -------------------------------------------------------------
     def initial_state(self, encoder_out: Dict[str, Tensor]) -> Dict[str, Tensor]:
@@ -134,6 +135,18 @@ class LuongDecoder(CachedStateDecoder):
 
     @mixed_precision
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):
+        graphs = self.graphs
+        if graphs is not None and graphs.applies(
+            prev_output_tokens, encoder_out, incremental_state
+        ):
+            graphed = graphs(prev_output_tokens, encoder_out)  # None: a shape past the limit
+            if graphed is not None:
+                return graphed
+        return self.plain_features(prev_output_tokens, encoder_out, incremental_state)
+
+    def plain_features(self, prev_output_tokens, encoder_out, incremental_state=None):
+        """``extract_features`` without CUDA graphs (inside its autocast): what a graph
+        records."""
         state = None
         start = 0
         if incremental_state is not None:

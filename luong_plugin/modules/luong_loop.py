@@ -10,8 +10,7 @@ the same function with the machinery that makes it fast, tested equal to it
   [h̃_{t-1}; h_{t-1}] by the recurrent half of the weights (``lstm_step``);
 - on CUDA the step's elementwise work (the gates summed, their activations, c_t
   and h_t) is torch's fused LSTM cell kernel, one kernel forward and one backward
-  (``fused_lstm_cell``; tests/test_cuda_step.py holds it to the LSTM equations, but
-  has not yet run on a GPU);
+  (``fused_lstm_cell``; tests/test_cuda_step.py holds it to the LSTM equations);
 - those weights are ``nn.LSTM``'s own parameters, sliced and concatenated once
   per call (and cast to bf16 once under ``--precision bf16``); in incremental
   decoding, once per generation call, kept in the incremental state
@@ -63,9 +62,9 @@ class LoopOutput(NamedTuple):
 
 # On CUDA, the step's elementwise work (the two halves of the gates summed, four
 # activations, c_t, h_t) as torch's fused LSTM cell kernel, one kernel forward and one
-# backward instead of about ten each, for a GPU that at the paper's shape is expected (not
-# measured) to wait on the host's kernel launches. False: the plain path below on every
-# device (tests, bench).
+# backward instead of about ten each: at the paper's shape the GPU waits on the host's
+# kernel launches, and fewer kernels make the update faster (measured by bench/gpu_probe.py
+# on and off: docs/SPEED.md). False: the plain path below on every device (tests, bench).
 FUSED_CELL = True
 
 

@@ -35,7 +35,7 @@ VALUE_RULES = {
             "encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "decoder_embed_dim",
             "decoder_hidden_size", "decoder_layers", "decoder_out_embed_dim", "window_size",
             "attention_dim", "maxout_dim", "maxout_pool", "max_source_positions",
-            "max_target_positions",
+            "max_target_positions", "cuda_graph_step", "cuda_graph_limit",
         )
     },
     "dropout": lambda v: None if 0.0 <= v < 1.0 else f"must be in [0, 1), got {v}",

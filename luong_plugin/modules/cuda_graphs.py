@@ -1,0 +1,322 @@
+"""The Luong decoder's training pass replayed as CUDA graphs (``--cuda-graphs``).
+
+At the paper's shape on one GPU the input-feeding loop launches a few thousand small
+kernels per update, and the GPU waits on the host that launches them (bench/gpu_probe.py:
+the host's time before synchronisation is the update's time). A CUDA graph records the
+kernels of one forward and one backward pass once and replays them with one launch each.
+
+A graph replays fixed shapes, so each batch is padded up to a bucket: B, S and T rounded up
+to multiples of ``--cuda-graph-step``. The decoder reads the padded batch exactly as the
+plain one, and the outputs are cut back to the batch's own shape:
+
+- extra target steps come after the real ones and read padding's zero embedding; the decoder
+  is causal, so the real steps' outputs are unchanged and the cut-off steps get no gradient;
+- extra source positions come after each sentence's real ones (the encoder's outputs are in
+  true order, right-padded: source.py) and are masked like padding: a_t gives them
+  probability 0, and local windows and p_t read each sentence's own length S_b;
+- extra sentences have a source of one position (a masked-out row would give a softmax of
+  nothing) and padding for targets; they are cut off and get no gradient.
+
+``DecoderGraphs`` keeps one captured pair (forward, backward) per bucket, up to
+``--cuda-graph-limit``; a batch of another shape beyond it runs the plain path. The graphs of
+all buckets share one memory pool: each update replays one bucket's forward and then its
+backward, and nothing a graph wrote outlives its update (the outputs are read by the output
+layer and the loss within it; the weights' gradients are copied out), so a replay may reuse
+the memory another bucket's graph used as scratch. The encoder, the output layer and the
+loss run eagerly around the graph. Decoding and validation (no autograd) take the plain path.
+
+The recorded kernels read the weights where they are, so fairseq's optimizers (which update
+them in place) need nothing more. Autocast (``--amp``, ``--precision bf16``, fairseq's
+``--fp16``) is recorded with its weight-cast cache off, so that the casts are in the graph
+and every replay casts the current weights.
+
+tests/test_cuda_graphs.py holds the padded batch to the plain one on any device, the
+capture's bookkeeping to the plain pass (with a stand-in for the graph on the CPU), and on
+CUDA the graphed step to the plain one.
+
+Shape legend: B batch, S source len, T target len, E encoder dim, L layers.
+"""
+
+import logging
+from collections import OrderedDict
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# encoder_out's fields, in the order the graph takes them: (batch dim, source dim or None)
+logger = logging.getLogger(__name__)
+
+FIELDS = {
+    "encoder_out": (0, 1),  # B x S x E
+    "src_pad_mask": (0, 1),  # B x S
+    "src_lengths": (0, None),  # B
+    "src_order": (0, 1),  # B x S
+    "final_hiddens": (1, None),  # L x B x E
+    "final_cells": (1, None),  # L x B x E
+}
+
+
+def round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def pad_encoder_out(encoder_out: Dict[str, Tensor], B: int, S: int) -> List[Tensor]:
+    """``FIELDS`` of ``encoder_out`` padded to B sentences of S positions, in FIELDS' order.
+    Extra positions are padding (masked, zero, their own column in ``src_order``); extra
+    sentences have one position, unmasked, of zeros."""
+    b, s = encoder_out["src_pad_mask"].shape
+    device = encoder_out["src_pad_mask"].device
+    out = encoder_out["encoder_out"]  # b x s x E
+    out = F.pad(out, (0, 0, 0, S - s, 0, B - b))  # B x S x E
+    mask = torch.ones(B, S, dtype=torch.bool, device=device)  # True: padding
+    mask[:b, :s] = encoder_out["src_pad_mask"]
+    mask[b:, 0] = False
+    lengths = torch.ones(B, dtype=encoder_out["src_lengths"].dtype, device=device)
+    lengths[:b] = encoder_out["src_lengths"]
+    order = torch.arange(S, device=device).expand(B, S).clone()  # B x S
+    order[:b, :s] = encoder_out["src_order"]
+    states = [F.pad(encoder_out[k], (0, 0, 0, B - b)) for k in ("final_hiddens", "final_cells")]
+    return [out, mask, lengths, order, *states]
+
+
+def pad_tokens(tokens: Tensor, B: int, T: int, pad: int) -> Tensor:
+    b, t = tokens.shape
+    return F.pad(tokens, (0, T - t, 0, B - b), value=pad)  # B x T
+
+
+class Captured:
+    """One function's forward pass and the backward pass of its outputs, recorded once on
+    ``static_inputs`` (the last ``n_params`` of them are the weights) and replayed: on
+    CUDA as two CUDA graphs; with ``graph=RerunGraph`` the same bookkeeping with the
+    function rerun instead of replayed (the tests' stand-in on a CPU)."""
+
+    def __init__(self, fn: Callable, static_inputs: Sequence[Tensor], n_params: int,
+                 graph=None, pool=None, warmups: int = 2):  # fmt: skip
+        graph = graph or CudaGraph
+        self.inputs = tuple(static_inputs)
+        self.n_args = len(self.inputs) - n_params
+        wanted = [x for x in self.inputs if x.requires_grad]
+        graph.warm_up(fn, self.inputs, wanted, warmups)
+        self.forward_graph = graph(pool)
+        self.outputs = self.forward_graph.capture(lambda: tuple(fn(*self.inputs)))
+        self.grad_outputs = tuple(
+            torch.empty_like(o) if o.requires_grad else None for o in self.outputs
+        )
+
+        def backward():
+            live = [o for o in self.forward_graph.live() if o.requires_grad]
+            grads = [g for g in self.grad_outputs if g is not None]
+            return tuple(torch.autograd.grad(live, wanted, grads, allow_unused=True))
+
+        self.backward_graph = graph(self.forward_graph.pool())
+        grads = iter(self.backward_graph.capture(backward))
+        self.grad_inputs = tuple(next(grads) if x.requires_grad else None for x in self.inputs)
+
+    def __call__(self, *args: Tensor) -> Tuple[Tensor, ...]:
+        """The outputs for ``args`` (the inputs but the weights), differentiable as the
+        function's own."""
+        return Replay.apply(self, *args, *self.inputs[self.n_args :])
+
+
+class Replay(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, captured: Captured, *inputs: Tensor):
+        ctx.captured = captured
+        for static, x in zip(captured.inputs[: captured.n_args], inputs):
+            if static.data_ptr() != x.data_ptr():
+                static.copy_(x)
+        captured.forward_graph.replay()
+        return tuple(o.detach() for o in captured.outputs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads: Tensor):
+        captured = ctx.captured
+        for static, g in zip(captured.grad_outputs, grads):
+            if static is not None:
+                static.copy_(g)
+        captured.backward_graph.replay()
+        # copies, not the graph's buffers: autograd may keep a returned tensor as a weight's
+        # .grad, which the next replay would overwrite (--update-freq accumulates into it)
+        return (None, *(g.clone() if g is not None else None for g in captured.grad_inputs))
+
+
+class CudaGraph:
+    """``torch.cuda.CUDAGraph`` with the warm-up and capture ``Captured`` uses."""
+
+    def __init__(self, pool=None):
+        self.graph = torch.cuda.CUDAGraph()
+        self.shared_pool = pool
+        self.results = ()
+
+    @staticmethod
+    def warm_up(fn, inputs, wanted, n):
+        """``n`` passes on a side stream before capture, as torch's make_graphed_callables
+        does (lazy initialisation, cuDNN and cuBLAS workspaces out of the recording); their
+        gradients go nowhere (``autograd.grad``, not ``.grad``)."""
+        torch.cuda.synchronize()
+        with torch.cuda.stream(torch.cuda.Stream()):
+            for _ in range(n):
+                outputs = [o for o in fn(*inputs) if o.requires_grad]
+                torch.autograd.grad(outputs, wanted, [torch.ones_like(o) for o in outputs],
+                                    allow_unused=True)  # fmt: skip
+        torch.cuda.synchronize()
+
+    def capture(self, body):
+        with torch.cuda.graph(self.graph, pool=self.shared_pool):
+            self.results = body()
+        return self.results
+
+    def live(self):
+        """The tensors the recording wrote: every replay writes the same ones."""
+        return self.results
+
+    def pool(self):
+        return self.graph.pool()
+
+    def replay(self):
+        self.graph.replay()
+
+
+class RerunGraph:
+    """The tests' stand-in for a CUDA graph on a CPU: ``capture`` runs the body and keeps
+    its results; ``replay`` runs it again and copies the new results into the kept ones,
+    the buffers a CUDA graph's replay writes (``live``: the last run's own, with their
+    autograd graph, which a rerun backward pass reads)."""
+
+    def __init__(self, pool=None):
+        self.body, self.results, self.fresh = None, (), ()
+
+    @staticmethod
+    def warm_up(fn, inputs, wanted, n):
+        pass
+
+    def capture(self, body):
+        self.body = body
+        self.results = self.fresh = body()
+        return self.results
+
+    def live(self):
+        return self.fresh
+
+    def pool(self):
+        return None
+
+    def replay(self):
+        with torch.enable_grad():
+            self.fresh = self.body()
+        for kept, new in zip(self.results, self.fresh):
+            if kept is not None:
+                kept.detach().copy_(new)
+
+
+class DecoderGraphs:
+    """The graphed training pass of a ``LuongDecoder``'s ``extract_features``: call it as
+    the decoder's features of a whole target (no incremental state)."""
+
+    def __init__(self, decoder, step: int, limit: int, graph=None):
+        self.decoder = decoder
+        self.step, self.limit = step, limit
+        self.graph = graph  # None: CUDA graphs
+        self.captured: "OrderedDict[tuple, Captured]" = OrderedDict()
+        self.pool = None
+        self.kinds: Dict[tuple, Tuple[bool, bool]] = {}  # key: (a_t returned, p_t returned)
+        self.eager_batches = 0  # batches of a shape beyond the limit: the plain path
+
+    def applies(self, prev_output_tokens: Tensor, encoder_out, incremental_state) -> bool:
+        return (
+            incremental_state is None
+            and self.decoder.training
+            and torch.is_grad_enabled()
+            and (prev_output_tokens.is_cuda or self.graph is not None)
+            and isinstance(encoder_out, dict)
+            and set(encoder_out) == set(FIELDS)
+        )
+
+    def bucket(self, prev_output_tokens: Tensor, encoder_out) -> Tuple[int, int, int]:
+        b, t = prev_output_tokens.shape
+        s = encoder_out["src_pad_mask"].size(1)
+        S = round_up(s, self.step)
+        attention = self.decoder.attention
+        limit = getattr(attention.score, "max_source_positions", None) if attention else None
+        if limit:  # the location score has one weight row per position
+            S = max(s, min(S, limit))
+        return round_up(b, self.step), S, round_up(t, self.step)
+
+    def __call__(self, prev_output_tokens: Tensor, encoder_out) -> Optional[tuple]:
+        """(features, extra) as ``extract_features`` gives them, or None where the batch's
+        bucket has no graph and the limit is reached (the caller runs the plain path)."""
+        b, t = prev_output_tokens.shape
+        s = encoder_out["src_pad_mask"].size(1)
+        B, S, T = self.bucket(prev_output_tokens, encoder_out)
+        device = prev_output_tokens.device.type
+        key = (B, S, T, self.decoder.need_attn, autocast_state(device))
+        captured = self.captured.get(key)
+        tokens = pad_tokens(prev_output_tokens, B, T, self.decoder.embed_tokens.padding_idx)
+        fields = pad_encoder_out(encoder_out, B, S)
+        if captured is None:
+            if len(self.captured) >= self.limit:
+                if self.eager_batches == 0:
+                    logger.info(
+                        f"--cuda-graphs: {self.limit} batch shapes graphed (--cuda-graph-limit); "
+                        f"batches of other shapes, such as {B} x {S} / {T}, take the plain path"
+                    )
+                self.eager_batches += 1
+                return None
+            captured = self.capture(tokens, fields, key)
+        outputs = captured(tokens, *fields)
+        features, prob, center = unflatten(outputs, self.kinds[key])
+        extra = {"attn": [None if prob is None else prob[:b, :t, :s]],
+                 "p_t": [None if center is None else center[:b, :t]]}  # fmt: skip
+        return features[:b, :t], extra
+
+    def capture(self, tokens: Tensor, fields: List[Tensor], key) -> Captured:
+        decoder = self.decoder
+        params = [p for p in decoder.parameters() if p.requires_grad]
+        statics = [tokens.clone()] + [
+            f.detach().clone().requires_grad_(f.requires_grad) for f in fields
+        ]
+        kinds = {}
+
+        def features(tokens, *inputs):
+            encoder_out = dict(zip(FIELDS, inputs[: len(FIELDS)]))
+            attn_vec, extra = decoder.plain_features(tokens, encoder_out)
+            prob, center = extra["attn"][0], extra["p_t"][0]
+            kinds["kinds"] = (prob is not None, center is not None)
+            return [x for x in (attn_vec, prob, center) if x is not None]
+
+        device = tokens.device.type
+        with uncached_autocast(device):
+            captured = Captured(features, statics + params, len(params), self.graph, self.pool)
+        if self.graph is None and self.pool is None:
+            self.pool = captured.forward_graph.pool()
+        self.kinds[key] = kinds["kinds"]
+        self.captured[key] = captured
+        return captured
+
+
+def unflatten(outputs, kinds: Tuple[bool, bool]):
+    outputs = list(outputs)
+    features = outputs.pop(0)
+    prob = outputs.pop(0) if kinds[0] else None
+    center = outputs.pop(0) if kinds[1] else None
+    return features, prob, center
+
+
+def autocast_state(device: str) -> tuple:
+    if device not in ("cpu", "cuda") or not torch.is_autocast_enabled(device):
+        return (False,)
+    return (True, torch.get_autocast_dtype(device))
+
+
+def uncached_autocast(device: str):
+    """The autocast now in force (or none) with its cache of weight casts off: a cast kept
+    from before the capture would be replayed as it was, not of the updated weights."""
+    state = autocast_state(device)
+    if device not in ("cpu", "cuda"):
+        return torch.autocast("cpu", enabled=False, cache_enabled=False)
+    return torch.autocast(
+        device, dtype=state[1] if state[0] else None, enabled=state[0], cache_enabled=False
+    )
