@@ -26,7 +26,11 @@ encoders' LSTMs, keeps torch's default ``cudnn.allow_tf32`` in every row), ``tf3
 autocast, as ``--amp``), ``fp16`` (half weights and inputs, as ``--fp16``; not in the
 default lists: bench/gpu.py trains it), and ours ``bf16`` (``--precision bf16``); ours also
 as ``fp32-plain`` and ``bf16-plain``, with the input-feeding loop's fused CUDA cell off
-(``luong_loop.FUSED_CELL``), to isolate what that kernel gives (no graph for these).
+(``luong_loop.FUSED_CELL``), to isolate what that kernel gives (no graph for these); and as
+``bf16+graphs``, ``tf32+graphs``, ``amp+graphs``, ``fp32+graphs``: the eager update with the
+plugin's own ``--cuda-graphs`` (cuda_graphs.DecoderGraphs: the decoder's pass graphed, the
+output layer and the loss eager), the first warm-up capturing its one bucket; ``graphed_s``
+above is the ceiling it is held to.
 Writes ``probe.json`` under ``--out`` after every measurement, so a run cut short keeps
 what it measured, and adds to the ``probe.json`` an earlier run (of other ``--models``)
 left there.
@@ -46,14 +50,17 @@ import systems  # noqa: E402  (models built as fairseq-train builds them)
 
 sys.path.insert(0, gpu.REPO)
 from luong_plugin.modules import luong_loop  # noqa: E402
+from luong_plugin.modules.cuda_graphs import DecoderGraphs  # noqa: E402
 
-OURS = ("bf16", "bf16-plain", "fp32", "fp32-plain", "amp", "tf32")
+OURS = ("bf16", "bf16-plain", "fp32", "fp32-plain", "amp", "tf32",
+        "bf16+graphs", "tf32+graphs", "amp+graphs", "fp32+graphs")  # fmt: skip
 MODELS = {  # name: (arch options, precisions)
     "lstm": (gpu.LSTM, ("fp32", "tf32", "amp")),
     "global": (gpu.LUONG_GLOBAL, OURS),
     "local-p": (gpu.LUONG_LOCAL_P, OURS),
 }
 PLAIN = "-plain"  # ours with luong_loop.FUSED_CELL off: the step's elementwise work unfused
+GRAPHS = "+graphs"  # ours with --cuda-graphs (cuda_graphs.DecoderGraphs): the plugin's graphs
 
 
 def build(bin_dir, name, ours_bf16, dry_run):
@@ -282,9 +289,10 @@ def main(argv=None):
             if time.time() - start > args.budget_s:
                 save(f"{name} {precision}", {"skipped": "past --budget-s"})  # (as listed)
                 continue
-            plain = precision.endswith(PLAIN)
+            label = precision
+            plain, graphs = precision.endswith(PLAIN), precision.endswith(GRAPHS)
             luong_loop.FUSED_CELL = not plain
-            precision = precision[: -len(PLAIN)] if plain else precision
+            precision = precision.split("-")[0].split("+")[0]
             bf16 = precision == "bf16"
             if bf16 not in built:
                 built.pop(not bf16, None)  # one model on the GPU at a time
@@ -294,6 +302,7 @@ def main(argv=None):
             if precision == "fp16":
                 model = model.half()
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            model.decoder.graphs = DecoderGraphs(model.decoder, 8, 16) if graphs else None
             b = batch(dictionary, args.batch, args.length, "cuda" if cuda else "cpu")
             tokens = args.batch * args.length
             row = {}
@@ -305,7 +314,10 @@ def main(argv=None):
                 row["encoder_s"] = round(seconds, 4)
             except Exception as e:  # noqa: BLE001  (recorded, the next one runs)
                 row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-            if cuda and "error" not in row and not plain:  # a graph has no host work to save
+            if graphs and model.decoder.graphs.captured:  # the first pass captured its bucket
+                row["buckets"] = len(model.decoder.graphs.captured)
+            model.decoder.graphs = None
+            if cuda and "error" not in row and not (plain or graphs):  # no host work to save
                 try:
                     seconds, _ = graphed(model, b, dictionary.pad(), precision, args.iters)
                     row.update(
@@ -318,7 +330,7 @@ def main(argv=None):
                 torch.cuda.reset_peak_memory_stats()
             if precision == "fp16":
                 built.pop(bf16)  # its weights are half now
-            save(f"{name} {precision}{PLAIN if plain else ''}", row)
+            save(f"{name} {label}", row)
     torch.backends.cuda.matmul.allow_tf32 = False
 
 

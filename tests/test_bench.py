@@ -207,14 +207,17 @@ def test_gpu_runs_go_precision_by_precision_and_stop_at_the_deadline(monkeypatch
 def test_gpu_probe_dry_run_measures_and_keeps_earlier_models(tmp_path):
     """bench/gpu_probe.py's plumbing on the CPU: one model per process, each adding its rows
     to probe.json (no graphs on a CPU)."""
-    for model, precisions in (("lstm", ["fp32"]), ("global", ["fp32", "fp32-plain"])):
+    for model, precisions in (
+        ("lstm", ["fp32"]),
+        ("global", ["fp32", "fp32-plain", "fp32+graphs"]),
+    ):
         cmd = [sys.executable, os.path.join(REPO, "bench", "gpu_probe.py"), "--dry-run",
                "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
                "--models", model, "--precisions", *precisions]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = json.loads((tmp_path / "out" / "probe.json").read_text())["runs"]
-    assert set(runs) == {"lstm fp32", "global fp32", "global fp32-plain"}
+    assert set(runs) == {"lstm fp32", "global fp32", "global fp32-plain", "global fp32+graphs"}
     for row in runs.values():
         assert row["tokens_per_s"] > 0 and row["host_s"] > 0 and row["encoder_s"] > 0, row
 
