@@ -7,7 +7,8 @@
 #
 # usage: bench/gpu_run.sh OUT [WHEELS]   (from the repository root; WHEELS default .whl)
 #   env ARGS        more options for bench/gpu.py (e.g. "--rounds 2", "--deadline-s 300")
-#       PROBE       1: run bench/gpu_probe.py first; PROBE_ARGS, more options for it
+#       PROBE       1: run bench/gpu_probe.py first; PROBE_ARGS, more options for it;
+#                   PROBE_MODELS, its models (default "lstm global local-p"), one process each
 #       TESTS       1: also tests/test_cuda_step.py and tests/test_cuda_graphs.py, then
 #                   pytest -k cuda tests/test_half_models.py
 #                   tests/test_precision.py (needs pytest on that machine; the CUDA image has it)
@@ -31,7 +32,8 @@ if [ "${TESTS:-0}" = 1 ]; then  # first: they check the code the figures below m
     -k cuda tests/test_half_models.py tests/test_precision.py 2>&1 | tail -80 >> "$OUT/cuda_tests.log" || true
 fi
 if [ "${PROBE:-0}" = 1 ]; then
-  for model in lstm global local-p; do  # a failed graph capture cannot reach the next model
+  # shellcheck disable=SC2086
+  for model in ${PROBE_MODELS:-lstm global local-p}; do  # a failed capture cannot reach the next
     # shellcheck disable=SC2086
     python3 bench/gpu_probe.py --out "$OUT" --models "$model" ${PROBE_ARGS:-} 2>&1 \
       | grep -v '^INFO' | tee -a "$OUT/probe.log" || true

@@ -17,6 +17,7 @@ from luong_plugin.modules.cuda_graphs import (
     pad_tokens,
 )
 from luong_plugin.modules.options import OptionError
+from luong_plugin.modules.precision import cpu_has_native_bf16, run_dtype
 
 VARIANTS = [
     pytest.param(dict(attention_window="global", attention_score="general"), id="global"),
@@ -49,7 +50,9 @@ def training_pass(model, src, lengths, prev, features_of=None):
     encoder_out = model.encoder(src, lengths)
     features_of = features_of or model.decoder.extract_features
     features, extra = features_of(prev, encoder_out)
-    logits = model.decoder.output_layer(features)  # B x T x V
+    dtype = run_dtype(model.decoder)  # the output layer in the decoder's precision, as forward
+    with torch.autocast(features.device.type, dtype=dtype, enabled=dtype is not None):
+        logits = model.decoder.output_layer(features)  # B x T x V
     g = torch.Generator().manual_seed(5)
     weights = torch.rand(logits.shape, generator=g, dtype=logits.dtype).to(logits.device)
     loss = (logits * weights).sum()
@@ -57,7 +60,9 @@ def training_pass(model, src, lengths, prev, features_of=None):
         loss = loss + extra["p_t"][0].sum() / 7
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return features.detach(), extra["attn"][0], extra["p_t"][0], grads
+    # copies: a graph's outputs are its own buffers, which its next replay overwrites
+    kept = [None if x is None else x.detach().clone() for x in (extra["attn"][0], extra["p_t"][0])]
+    return (features.detach().clone(), *kept, grads)
 
 
 def assert_same_pass(got, want, atol=1e-12, grad_atol=1e-10):
@@ -74,17 +79,21 @@ def assert_same_pass(got, want, atol=1e-12, grad_atol=1e-10):
                                    msg=name)  # fmt: skip
 
 
+@pytest.mark.parametrize("S", [12, 40])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_a_padded_batch_gives_the_plain_features_and_gradients(variant):
+def test_a_padded_batch_gives_the_plain_features_and_gradients(variant, S):
     """Extra sentences, source positions and target steps, cut off again: the same
-    outputs and gradients as the batch itself (float64)."""
+    outputs and gradients as the batch itself (float64). S = 40 takes local attention's
+    gathered path where the batch itself (S = 9) scores every position."""
+    if S > variant.get("max_source_positions", S):
+        pytest.skip("the location score has no weight rows past --max-source-positions")
     model = model_of(variant)
     src, lengths, prev = inputs(model)
     decoder = model.decoder
     plain = training_pass(model, src, lengths, prev, decoder.plain_features)
 
     def padded(prev, encoder_out):
-        fields = pad_encoder_out(encoder_out, 8, 12)
+        fields = pad_encoder_out(encoder_out, 8, S)
         tokens = pad_tokens(prev, 8, 16, decoder.embed_tokens.padding_idx)
         features, extra = decoder.plain_features(tokens, dict(zip(FIELDS, fields)))
         b, t, s = prev.size(0), prev.size(1), encoder_out["src_pad_mask"].size(1)
@@ -114,11 +123,41 @@ def test_the_graphed_pass_gives_the_plain_one(variant):
     graphs = graphed(model)
     for batch, want in zip(batches, plain):
         assert_same_pass(training_pass(model, *batch), want)
+    if not variant.get("input_feeding", True):  # one cuDNN call: not graphed (cuda_graphs.py)
+        assert not graphs.captured
+        return
     # B, S, T: the third batch replays the second's bucket; the location score's S stops at
     # its last weight row
     S = min(16, variant.get("max_source_positions", 16))
     assert [key[:3] for key in graphs.captured] == [(8, S, 8), (8, 8, 8), (8, S, 16)]
     assert graphs.eager_batches == 0
+
+
+@pytest.mark.skipif(not cpu_has_native_bf16(), reason="--precision bf16 needs native bf16")
+@pytest.mark.parametrize("window", ["global", "local-p"])
+def test_the_graphed_pass_in_bf16_records_without_the_autocast_cache(window, monkeypatch):
+    """Under --precision bf16 inside an outer autocast whose cache of weight casts is on
+    (fairseq's --amp enters one): the recorded function runs with the cache off, and the
+    graphed pass gives the plain one."""
+    model = build(attention_window=window, attention_score="general", dropout=0.0,
+                  precision="bf16").train()  # fmt: skip
+    spread_parameters(model)
+    batch = inputs(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=True):
+        want = training_pass(model, *batch)
+    graphs = graphed(model)
+    seen = []
+    plain_features = model.decoder.plain_features
+
+    def recorded(*args, **kwargs):
+        seen.append(torch.is_autocast_cache_enabled())
+        return plain_features(*args, **kwargs)
+
+    monkeypatch.setattr(model.decoder, "plain_features", recorded)
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=True):
+        got = training_pass(model, *batch)
+    assert seen and not any(seen) and len(graphs.captured) == 1
+    assert_same_pass(got, want, atol=1e-6, grad_atol=1e-5)
 
 
 def test_gradients_accumulate_over_graphed_passes():
@@ -189,44 +228,113 @@ def cuda_graphed(model, step=8, limit=4):
     return model.decoder.graphs
 
 
+CUDA_VARIANTS = VARIANTS[:5] + [
+    pytest.param(dict(attention_window="global", attention_score="general",
+                      share_decoder_input_output_embed=True, decoder_out_embed_dim=16),
+                 id="global-shared-embeddings"),
+]  # fmt: skip
+
+
+def plain_pass(model, batch):
+    graphs, model.decoder.graphs = model.decoder.graphs, None
+    try:
+        return training_pass(model, *batch)
+    finally:
+        model.decoder.graphs = graphs
+
+
 @cuda
-@pytest.mark.parametrize("variant", VARIANTS[:3] + VARIANTS[4:5])
+@pytest.mark.parametrize("variant", CUDA_VARIANTS)
 def test_cuda_the_graphed_pass_gives_the_plain_one(variant):
-    """float64 on CUDA: captured, replayed, replayed after the weights changed in place
-    (as fairseq's optimizers change them), and a second bucket."""
+    """float64 on CUDA: buckets A, A, B, A, B (one memory pool: a replay of A after B reads
+    nothing B wrote), and after the weights changed in place, as fairseq's optimizers
+    change them; each against the plain pass."""
     model = model_of(variant, "cuda")
-    batches = [inputs(model, device="cuda"), inputs(model, seed=2, device="cuda"),
-               inputs(model, (3, 12, 6), 11, seed=4, device="cuda")]  # fmt: skip
+    a, a2, b = (inputs(model, device="cuda"), inputs(model, seed=2, device="cuda"),
+                inputs(model, (3, 12, 6), 11, seed=4, device="cuda"))  # fmt: skip
     graphs = cuda_graphed(model)
-    for k, batch in enumerate(batches):
-        if k == 1:
+    for k, batch in enumerate([a, a2, b, a, b]):
+        if k == 3:
             with torch.no_grad():
                 for p in model.parameters():
                     p.mul_(0.9)
-        got = training_pass(model, *batch)
-        graphs_off, model.decoder.graphs = model.decoder.graphs, None
-        want = training_pass(model, *batch)
-        model.decoder.graphs = graphs_off
-        assert_same_pass(got, want, atol=1e-11, grad_atol=1e-9)
-    assert len(graphs.captured) == 2
+        assert_same_pass(training_pass(model, *batch), plain_pass(model, batch), 1e-11, 1e-9)
+    assert len(graphs.captured) == 2 and not graphs.failed
+
+
+@cuda
+def test_cuda_gradients_accumulate_across_buckets():
+    """--update-freq over batches of two buckets: the .grad sums equal the plain ones."""
+    model = model_of(VARIANTS[2].values[0], "cuda")
+    batches = [inputs(model, device="cuda"), inputs(model, (3, 12, 6), 11, 4, device="cuda")]
+
+    def accumulated():
+        model.zero_grad(set_to_none=True)
+        for src, lengths, prev in batches + batches[:1]:
+            features, _ = model.decoder.extract_features(prev, model.encoder(src, lengths))
+            model.decoder.output_layer(features).pow(2).mean().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    want = accumulated()
+    cuda_graphed(model)
+    got = accumulated()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-10, rtol=1e-10, msg=name)
+
+
+@cuda
+def test_cuda_dropout_draws_new_masks_at_every_replay_and_follows_the_seed():
+    model = model_of(VARIANTS[0].values[0], "cuda", dropout=0.3)
+    batch = inputs(model, device="cuda")
+    cuda_graphed(model)
+    training_pass(model, *batch)  # the capture (its warm-ups draw masks too)
+    runs = []
+    for seed in (1, 2, 1):
+        torch.manual_seed(seed)
+        runs.append(training_pass(model, *batch)[0])
+    assert not torch.equal(runs[0], runs[1])
+    torch.testing.assert_close(runs[0], runs[2], atol=0, rtol=0)
+
+
+@cuda
+def test_cuda_no_feed_decoders_take_the_plain_path():
+    model = model_of(VARIANTS[5].values[0], "cuda", dropout=0.3)
+    graphs = cuda_graphed(model)
+    training_pass(model, *inputs(model, device="cuda"))
+    assert not graphs.captured
+
+
+@cuda
+def test_cuda_a_large_batch_is_graphed():
+    """More than 4,096 target tokens (the embedding's backward takes another kernel there)."""
+    model = model_of(VARIANTS[2].values[0], "cuda")
+    batch = inputs(model, [12] * 64, 72, device="cuda")
+    graphs = cuda_graphed(model)
+    for _ in range(2):
+        assert_same_pass(training_pass(model, *batch), plain_pass(model, batch), 1e-11, 1e-9)
+    assert len(graphs.captured) == 1
 
 
 @cuda
 @pytest.mark.parametrize("window", ["global", "local-p"])
-def test_cuda_the_graphed_pass_in_bf16_reads_the_current_weights(window):
-    """Under --precision bf16 (autocast) the weights' bf16 casts are recorded in the graph:
-    after the weights change, a replay gives the plain pass of the new weights."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_cuda_the_graphed_pass_in_half_reads_the_current_weights(window, dtype):
+    """--precision bf16 (fp32 weights, bf16 autocast) and fairseq's --fp16 (half weights):
+    the weights' casts are recorded in the graph, so after the weights change a replay gives
+    the plain pass of the new weights. A batch that fills its bucket (8 x 16 / 8): the plain
+    pass runs the same shapes, and so the same kernels."""
+    precision = "bf16" if dtype == torch.bfloat16 else "fp32"
     model = build(attention_window=window, attention_score="general", dropout=0.0,
-                  precision="bf16").cuda().train()  # fmt: skip
+                  precision=precision)  # fmt: skip
     spread_parameters(model)
-    batch = inputs(model, device="cuda")
-    cuda_graphed(model)
+    model = model.cuda().train()
+    if dtype == torch.float16:
+        model = model.half()
+    batch = inputs(model, [16, 9, 12, 5, 16, 3, 7, 11], 8, device="cuda")
+    graphs = cuda_graphed(model)
     training_pass(model, *batch)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(0.5)
-    got = training_pass(model, *batch)
-    graphs, model.decoder.graphs = model.decoder.graphs, None
-    want = training_pass(model, *batch)
-    assert_same_pass(got, want, atol=1e-5, grad_atol=1e-4)
-    assert len(graphs.captured) == 1
+    assert_same_pass(training_pass(model, *batch), plain_pass(model, batch), 1e-3, 1e-2)
+    assert len(graphs.captured) == 1 and not graphs.failed

@@ -141,10 +141,10 @@ class LuongConfig(FairseqDataclass):
     cuda_graphs: bool = field(
         default=False,
         metadata={
-            "help": "training on a GPU: the decoder's forward and backward pass recorded "
-            "once per batch shape as CUDA graphs and replayed (batches padded up to "
-            "--cuda-graph-step; modules/cuda_graphs.py, docs/SPEED.md); the model is the "
-            "same, decoding and validation are not graphed"
+            "help": "training on a GPU: the input-feeding decoder's forward and backward "
+            "pass recorded once per batch shape as CUDA graphs and replayed (batches padded "
+            "up to --cuda-graph-step; modules/cuda_graphs.py, docs/SPEED.md); the model is "
+            "the same, decoding and validation are not graphed"
         },
     )
     cuda_graph_step: int = field(

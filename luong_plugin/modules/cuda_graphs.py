@@ -18,12 +18,14 @@ plain one, and the outputs are cut back to the batch's own shape:
   nothing) and padding for targets; they are cut off and get no gradient.
 
 ``DecoderGraphs`` keeps one captured pair (forward, backward) per bucket, up to
-``--cuda-graph-limit``; a batch of another shape beyond it runs the plain path. The graphs of
-all buckets share one memory pool: each update replays one bucket's forward and then its
-backward, and nothing a graph wrote outlives its update (the outputs are read by the output
-layer and the loss within it; the weights' gradients are copied out), so a replay may reuse
-the memory another bucket's graph used as scratch. The encoder, the output layer and the
-loss run eagerly around the graph. Decoding and validation (no autograd) take the plain path.
+``--cuda-graph-limit``; a batch of another shape beyond it, or of a shape whose capture
+failed, runs the plain path. The graphs of all buckets share one memory pool and one set of
+weight-gradient buffers: each update replays one bucket's forward and then its backward, and
+nothing a graph wrote outlives its update (the outputs are read by the output layer and the
+loss within it; the weights' gradients are copied out), so a replay may reuse the memory
+another bucket's graph used as scratch. The encoder, the output layer and the loss run
+eagerly around the graph. Decoding and validation (no autograd) take the plain path, and so
+do decoders without input feeding (``DecoderGraphs.applies``).
 
 The recorded kernels read the weights where they are, so fairseq's optimizers (which update
 them in place) need nothing more. Autocast (``--amp``, ``--precision bf16``, fairseq's
@@ -93,26 +95,39 @@ class Captured:
     function rerun instead of replayed (the tests' stand-in on a CPU)."""
 
     def __init__(self, fn: Callable, static_inputs: Sequence[Tensor], n_params: int,
-                 graph=None, pool=None, warmups: int = 2):  # fmt: skip
+                 graph=None, pool=None, grad_buffers=None, warmups: int = 2):  # fmt: skip
+        """``grad_buffers``: one tensor per weight, allocated once outside the graphs, into
+        which the backward graph copies the weights' gradients (every bucket writes the same
+        ones instead of keeping its own)."""
         graph = graph or CudaGraph
         self.inputs = tuple(static_inputs)
         self.n_args = len(self.inputs) - n_params
         wanted = [x for x in self.inputs if x.requires_grad]
         graph.warm_up(fn, self.inputs, wanted, warmups)
         self.forward_graph = graph(pool)
-        self.outputs = self.forward_graph.capture(lambda: tuple(fn(*self.inputs)))
-        self.grad_outputs = tuple(
-            torch.empty_like(o) if o.requires_grad else None for o in self.outputs
-        )
+        outputs = self.forward_graph.capture(lambda: tuple(fn(*self.inputs)))
+        self.grad_outputs = tuple(torch.empty_like(o) if o.requires_grad else None for o in outputs)
+        buffers = list(grad_buffers or [None] * n_params)
 
         def backward():
             live = [o for o in self.forward_graph.live() if o.requires_grad]
             grads = [g for g in self.grad_outputs if g is not None]
-            return tuple(torch.autograd.grad(live, wanted, grads, allow_unused=True))
+            found = iter(torch.autograd.grad(live, wanted, grads, allow_unused=True))
+            out = [next(found) if x.requires_grad else None for x in self.inputs]
+            for k, buffer in enumerate(buffers):  # the weights' gradients into the shared ones
+                i = self.n_args + k
+                if buffer is not None and out[i] is not None:
+                    buffer.copy_(out[i])
+                    out[i] = buffer
+            return tuple(out)
 
         self.backward_graph = graph(self.forward_graph.pool())
-        grads = iter(self.backward_graph.capture(backward))
-        self.grad_inputs = tuple(next(grads) if x.requires_grad else None for x in self.inputs)
+        self.grad_inputs = self.backward_graph.capture(backward)
+        # the outputs without their autograd graph: its saved tensors and the loop's tapes are
+        # the replays' scratch now, memory of the pool, not kept alive by Python
+        self.outputs = tuple(o.detach() for o in outputs)
+        self.forward_graph.release()
+        del outputs
 
     def __call__(self, *args: Tensor) -> Tuple[Tensor, ...]:
         """The outputs for ``args`` (the inputs but the weights), differentiable as the
@@ -154,8 +169,8 @@ class CudaGraph:
     @staticmethod
     def warm_up(fn, inputs, wanted, n):
         """``n`` passes on a side stream before capture, as torch's make_graphed_callables
-        does (lazy initialisation, cuDNN and cuBLAS workspaces out of the recording); their
-        gradients go nowhere (``autograd.grad``, not ``.grad``)."""
+        does (lazy initialisation out of the recording); their gradients go nowhere
+        (``autograd.grad``, not ``.grad``)."""
         torch.cuda.synchronize()
         with torch.cuda.stream(torch.cuda.Stream()):
             for _ in range(n):
@@ -165,13 +180,18 @@ class CudaGraph:
         torch.cuda.synchronize()
 
     def capture(self, body):
-        with torch.cuda.graph(self.graph, pool=self.shared_pool):
+        # thread_local: a data loader's pinning thread may use CUDA while this one records
+        with torch.cuda.graph(self.graph, pool=self.shared_pool, capture_error_mode="thread_local"):
             self.results = body()
         return self.results
 
     def live(self):
         """The tensors the recording wrote: every replay writes the same ones."""
         return self.results
+
+    def release(self):
+        """Drop the recorded tensors (the backward pass is recorded too)."""
+        self.results = ()
 
     def pool(self):
         return self.graph.pool()
@@ -195,17 +215,24 @@ class RerunGraph:
 
     def capture(self, body):
         self.body = body
+        # a replay runs as recorded: under the autocast the capture ran in
+        self.autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+                         torch.is_autocast_cache_enabled())  # fmt: skip
         self.results = self.fresh = body()
         return self.results
 
     def live(self):
         return self.fresh
 
+    def release(self):
+        """The rerun needs its results: kept."""
+
     def pool(self):
         return None
 
     def replay(self):
-        with torch.enable_grad():
+        enabled, dtype, cache = self.autocast
+        with torch.enable_grad(), torch.autocast("cpu", dtype, enabled, cache):
             self.fresh = self.body()
         for kept, new in zip(self.results, self.fresh):
             if kept is not None:
@@ -223,11 +250,18 @@ class DecoderGraphs:
         self.captured: "OrderedDict[tuple, Captured]" = OrderedDict()
         self.pool = None
         self.kinds: Dict[tuple, Tuple[bool, bool]] = {}  # key: (a_t returned, p_t returned)
+        self.failed: Dict[tuple, str] = {}  # key: why its capture failed (the plain path)
+        self.grad_buffers: Optional[List[Tensor]] = None
         self.eager_batches = 0  # batches of a shape beyond the limit: the plain path
 
     def applies(self, prev_output_tokens: Tensor, encoder_out, incremental_state) -> bool:
+        """The training pass of an input-feeding decoder. Without input feeding the decoder's
+        LSTM is one cuDNN call over the whole target (few kernels to save), whose dropout
+        state is a buffer cuDNN may free and make anew between updates (when fairseq reseeds),
+        which a recording would keep using: not graphed."""
         return (
             incremental_state is None
+            and self.decoder.input_feeding
             and self.decoder.training
             and torch.is_grad_enabled()
             and (prev_output_tokens.is_cuda or self.graph is not None)
@@ -252,7 +286,10 @@ class DecoderGraphs:
         s = encoder_out["src_pad_mask"].size(1)
         B, S, T = self.bucket(prev_output_tokens, encoder_out)
         device = prev_output_tokens.device.type
-        key = (B, S, T, self.decoder.need_attn, autocast_state(device))
+        dtypes = tuple(encoder_out[k].dtype for k in FIELDS)
+        key = (B, S, T, self.decoder.need_attn, autocast_state(device), dtypes)
+        if key in self.failed:
+            return None
         captured = self.captured.get(key)
         tokens = pad_tokens(prev_output_tokens, B, T, self.decoder.embed_tokens.padding_idx)
         fields = pad_encoder_out(encoder_out, B, S)
@@ -265,7 +302,15 @@ class DecoderGraphs:
                     )
                 self.eager_batches += 1
                 return None
-            captured = self.capture(tokens, fields, key)
+            try:
+                captured = self.capture(tokens, fields, key)
+            except Exception as e:  # noqa: BLE001  (this shape trains on the plain path)
+                self.failed[key] = f"{type(e).__name__}: {e}"
+                logger.warning(
+                    f"--cuda-graphs: recording a batch of {B} x {S} / {T} failed, such batches "
+                    f"take the plain path: {self.failed[key][:500]}"
+                )
+                return None
         outputs = captured(tokens, *fields)
         features, prob, center = unflatten(outputs, self.kinds[key])
         extra = {"attn": [None if prob is None else prob[:b, :t, :s]],
@@ -288,8 +333,11 @@ class DecoderGraphs:
             return [x for x in (attn_vec, prob, center) if x is not None]
 
         device = tokens.device.type
+        if self.grad_buffers is None:
+            self.grad_buffers = [torch.empty_like(p) for p in params]
         with uncached_autocast(device):
-            captured = Captured(features, statics + params, len(params), self.graph, self.pool)
+            captured = Captured(features, statics + params, len(params), self.graph, self.pool,
+                                self.grad_buffers)  # fmt: skip
         if self.graph is None and self.pool is None:
             self.pool = captured.forward_graph.pool()
         self.kinds[key] = kinds["kinds"]
