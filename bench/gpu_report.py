@@ -32,7 +32,7 @@ def targets(train: dict, decode: dict) -> list:
     for model in ours:
         table = train.get(model, {})
         fp32 = table.get("fp32", {}).get("tokens_per_s")
-        for p in ("bf16", "amp", "fp16", "tf32"):
+        for p in ("bf16", "amp", "fp16"):
             value = table.get(p, {}).get("tokens_per_s")
             if fp32 and value:
                 rows.append((f"{model} {p} >= 1.5x {model} fp32", f"{value / fp32:.2f}x",
