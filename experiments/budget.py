@@ -12,9 +12,9 @@ machine. Each finished run writes ``docs/experiments/budget/NAME.seedK.json``
 (updates, valid perplexity at every epoch end, best valid perplexity, BLEU, chrF,
 the commit; ``measured_as`` where the run was measured under another name, before
 a default of demo.sh changed to it); a run whose JSON exists is skipped, so an
-interrupted table resumes
-where it stopped, and ``docs/BUDGET.md`` is rendered from the JSON files after
-every run.
+interrupted table resumes where it stopped (one recorded with other settings than
+``RUNS`` gives now is kept and said so; ``--rerun NAME`` measures it again), and
+``docs/BUDGET.md`` is rendered from the JSON files after every run.
 """
 
 import argparse
@@ -99,6 +99,27 @@ def run(name: str, seed: int, args) -> dict:
     }
     harness.write_json(result_path(name, seed), result)
     return result
+
+
+def kept(name: str, seed: int, minutes: float) -> bool:
+    """Whether a result of this run exists (then it is not run again). One recorded with other
+    settings than ``RUNS`` now gives (a default of demo.sh changed since, say) or another
+    budget is kept too, as the page reads it, and said so: ``--rerun NAME`` measures it anew."""
+    path = result_path(name, seed)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        r = json.load(f)
+    changes = []
+    if r.get("environment") != RUNS[name][1]:
+        changes.append(f"environment {r.get('environment')}, now {RUNS[name][1]}")
+    if r.get("minutes") != minutes:
+        changes.append(f"{r.get('minutes')} minutes, now {minutes:g}")
+    if changes:
+        as_name = f" as {r['measured_as']}" if r.get("measured_as") else ""
+        print(f"kept {os.path.relpath(path, REPO)} (measured{as_name} with "
+              f"{'; '.join(changes)}): --rerun {name} measures it again", flush=True)  # fmt: skip
+    return True
 
 
 def load_results():
@@ -196,6 +217,14 @@ def main(argv=None):
         help=f"runs, in this order per seed, of: {', '.join(RUNS)}",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument(
+        "--rerun",
+        nargs="+",
+        default=[],
+        choices=list(RUNS),
+        metavar="NAME",
+        help="runs measured again even where their JSON exists (it is replaced)",
+    )
     parser.add_argument("--minutes", type=float, default=15)
     parser.add_argument("--data", default=os.path.join(REPO, "data", "bible_es_en"))
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "BUDGET.md"))
@@ -205,7 +234,10 @@ def main(argv=None):
         parser.error(f"--minutes must be > 0, got {args.minutes}")
     if not args.render_only:
         todo = [
-            (n, s) for s in args.seeds for n in args.runs if not os.path.exists(result_path(n, s))
+            (n, s)
+            for s in args.seeds
+            for n in args.runs
+            if n in args.rerun or not kept(n, s, args.minutes)
         ]
         for i, (name, seed) in enumerate(todo, 1):
             print(f"[{i}/{len(todo)}] {name} seed {seed}: about {args.minutes:g} minutes "

@@ -49,10 +49,11 @@ def report(bleu, updates):
     }  # fmt: skip
 
 
-def test_runs_write_results_render_and_resume(tmp_path, monkeypatch):
+def test_runs_write_results_render_and_resume(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(budget, "RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(budget, "RUN_DIRS", str(tmp_path / "runs"))
-    call, seen = fake_demo([report(30.0, 3000), report(29.0, 3200), report(32.0, 3100)])
+    reports = [report(30.0, 3000), report(29.0, 3200), report(32.0, 3100), report(33.0, 3300)]
+    call, seen = fake_demo(reports)
     monkeypatch.setattr(budget.subprocess, "call", call)
     out = tmp_path / "BUDGET.md"
     monkeypatch.setenv("PRECISION", "fp32")  # the caller's environment does not leak in
@@ -73,6 +74,15 @@ def test_runs_write_results_render_and_resume(tmp_path, monkeypatch):
     global_row = next(line for line in text.splitlines() if line.startswith("| `global` |"))
     assert "29.00 (seed 1)" in global_row
     assert "Not run yet: `lstm` seed 1, `global` seed 2, `lstm` seed 2." in text
+    # a result of another budget is kept, and said so; --rerun measures it again
+    capsys.readouterr()
+    budget.main(["--runs", "demo", "--seeds", "1", "--minutes", "0.7", "--out", str(out)])
+    assert len(seen) == 3
+    assert "(measured with 0.5 minutes, now 0.7): --rerun demo" in capsys.readouterr().out
+    budget.main(["--runs", "demo", "--seeds", "1", "--minutes", "0.7", "--rerun", "demo",
+                 "--out", str(out)])  # fmt: skip
+    assert len(seen) == 4 and seen[3]["MINUTES"] == "0.7"
+    assert json.loads((tmp_path / "results" / "demo.seed1.json").read_text())["bleu"] == 33.0
 
 
 def test_a_result_measured_under_another_name_says_so(tmp_path, monkeypatch):
