@@ -338,3 +338,63 @@ def test_cuda_the_graphed_pass_in_half_reads_the_current_weights(window, dtype):
             p.mul_(0.5)
     assert_same_pass(training_pass(model, *batch), plain_pass(model, batch), 1e-3, 1e-2)
     assert len(graphs.captured) == 1 and not graphs.failed
+
+
+# ---- through fairseq-train, on a CPU with the stand-in ----------------------------------
+STAND_IN = """
+import sys
+from fairseq_cli.train import cli_main
+from luong_plugin.modules import cuda_graphs
+
+calls = []
+init, call = cuda_graphs.DecoderGraphs.__init__, cuda_graphs.DecoderGraphs.__call__
+
+
+def stand_in_init(self, decoder, step, limit, graph=None):
+    init(self, decoder, step, limit, graph=cuda_graphs.RerunGraph)
+
+
+def counted_call(self, *args):
+    out = call(self, *args)
+    calls.append(out is not None)
+    return out
+
+
+cuda_graphs.DecoderGraphs.__init__ = stand_in_init
+cuda_graphs.DecoderGraphs.__call__ = counted_call
+sys.argv = ["fairseq-train", *sys.argv[1:]]
+cli_main()
+print(f"GRAPHED {sum(calls)} OF {len(calls)}")
+"""
+
+
+@pytest.mark.slow
+def test_fairseq_train_with_the_graphed_pass_logs_the_plain_losses(bible, tmp_path):
+    """fairseq-train's own loop (the fused, label-smoothed loss, --update-freq 2, validation)
+    with every training batch through the capture's bookkeeping (the CPU stand-in): the
+    same training losses as without --cuda-graphs (no dropout, so the same computation)."""
+    import re
+    import subprocess
+    import sys
+
+    from conftest import REPO, train_args
+
+    losses = {}
+    for graphs in (False, True):
+        args = train_args(
+            str(bible / "bin"), str(tmp_path / f"ckpt{graphs}"), "--arch", "luong_tiny",
+            "--dropout", "0", "--criterion", "fused_label_smoothed_cross_entropy",
+            "--label-smoothing", "0.1", *(["--cuda-graphs"] if graphs else []),
+            max_tokens=500, schedule=("--max-update", "6", "--update-freq", "2", "--log-interval",
+                                      "1", "--no-save", "--max-epoch", "0"),
+        )  # fmt: skip
+        run = subprocess.run([sys.executable, "-c", STAND_IN, *map(str, args)], cwd=REPO,
+                             capture_output=True, text=True)  # fmt: skip
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out[-3000:]
+        losses[graphs] = [float(x) for x in re.findall(r"train_inner.*? loss=([\d.]+)", out)]
+        if graphs:
+            graphed, total = map(int, re.search(r"GRAPHED (\d+) OF (\d+)", run.stdout).groups())
+            assert total == 12 and graphed == 12  # 6 updates of 2 batches, none past the limit
+    assert len(losses[False]) == 6
+    assert losses[True] == pytest.approx(losses[False], abs=2e-3)
