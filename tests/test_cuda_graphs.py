@@ -165,17 +165,22 @@ def test_gradients_accumulate_over_graphed_passes():
     plain pass; a gradient handed to autograd that were the graph's own buffer would be
     overwritten by the second replay."""
     model = model_of(VARIANTS[2].values[0])
-    first, second = inputs(model), inputs(model, seed=3)
+    assert_accumulated_as_plain(model, [inputs(model), inputs(model, seed=3)], graphed)
+
+
+def assert_accumulated_as_plain(model, batches, graphs_on):
+    """Backward passes of ``batches`` into the same .grad, plain, then with ``graphs_on(model)``:
+    the sums agree."""
 
     def accumulated():
         model.zero_grad(set_to_none=True)
-        for src, lengths, prev in (first, second):
+        for src, lengths, prev in batches:
             features, _ = model.decoder.extract_features(prev, model.encoder(src, lengths))
             model.decoder.output_layer(features).pow(2).mean().backward()
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     want = accumulated()
-    graphed(model)
+    graphs_on(model)
     got = accumulated()
     for name in want:
         torch.testing.assert_close(got[name], want[name], atol=1e-10, rtol=1e-10, msg=name)
@@ -267,19 +272,7 @@ def test_cuda_gradients_accumulate_across_buckets():
     """--update-freq over batches of two buckets: the .grad sums equal the plain ones."""
     model = model_of(VARIANTS[2].values[0], "cuda")
     batches = [inputs(model, device="cuda"), inputs(model, (3, 12, 6), 11, 4, device="cuda")]
-
-    def accumulated():
-        model.zero_grad(set_to_none=True)
-        for src, lengths, prev in batches + batches[:1]:
-            features, _ = model.decoder.extract_features(prev, model.encoder(src, lengths))
-            model.decoder.output_layer(features).pow(2).mean().backward()
-        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    want = accumulated()
-    cuda_graphed(model)
-    got = accumulated()
-    for name in want:
-        torch.testing.assert_close(got[name], want[name], atol=1e-10, rtol=1e-10, msg=name)
+    assert_accumulated_as_plain(model, batches + batches[:1], cuda_graphed)
 
 
 @cuda
