@@ -368,6 +368,7 @@ def collapse(train: dict) -> dict:
                     # --cuda-graphs: buckets captured, before the timed updates too, and
                     # batches past the limit (the last round's)
                     **{k: v for k, v in ok[-1].items() if k.startswith(("graphs", "eager"))},
+                    "wall_s": [r.get("wall_s") for r in ok],  # each round's process, seconds
                 }
             else:
                 out.setdefault(model, {})[p] = {"error": rounds[-1]["error"]}
