@@ -47,9 +47,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# encoder_out's fields, in the order the graph takes them: (batch dim, source dim or None)
 logger = logging.getLogger(__name__)
 
+# encoder_out's fields, in the order the graph takes them: (batch dim, source dim or None)
 FIELDS = {
     "encoder_out": (0, 1),  # B x S x E
     "src_pad_mask": (0, 1),  # B x S
