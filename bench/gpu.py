@@ -1,6 +1,6 @@
 """The GPU benchmark: fairseq's `lstm` and ours at the paper's shape, each precision flag.
 
-    python bench/gpu.py --out DIR               # on one GPU (meant to take under 8 minutes)
+    python bench/gpu.py --out DIR               # on one GPU (--models, --precisions: a subset)
     python bench/gpu.py --out DIR --dry-run     # the same plumbing on a CPU, tiny models
 
 Trains, through fairseq-train as a user runs it, at Luong et al.'s shape (4 x 1000 LSTMs,

@@ -12,8 +12,9 @@ of one update (no optimizer step; the loss is the summed cross-entropy of the ou
 
 - ``device_s``: the update's seconds, synchronised with the GPU at its end;
 - ``host_s``: the seconds until the Python of the forward and backward pass has returned,
-  before that synchronisation. Where ``host_s`` is close to ``device_s`` the GPU waits on the
-  host, and fewer or larger kernels (not faster ones) would speed the update up;
+  before that synchronisation. Where ``host_s`` is close to ``device_s`` the GPU reads as
+  waiting on the host, and fewer or larger kernels (not faster ones) as what would speed the
+  update up (a reading: the graphed column below tests it);
 - ``encoder_s``: the encoder's forward and backward alone (eager);
 - ``graphed_s``: the encoder run eagerly, the decoder, the output layer and the loss with
   their backward captured once as a CUDA graph (``torch.cuda.graph``) and replayed, then the

@@ -9,8 +9,8 @@
 #   env ARGS        more options for bench/gpu.py (e.g. "--rounds 2", "--deadline-s 300")
 #       PROBE       1: run bench/gpu_probe.py first; PROBE_ARGS, more options for it;
 #                   PROBE_MODELS, its models (default "lstm global local-p"), one process each
-#       TESTS       1: also tests/test_cuda_step.py and tests/test_cuda_graphs.py, then
-#                   pytest -k cuda tests/test_half_models.py
+#       TESTS       1: also tests/test_cuda_step.py and tests/test_cuda_graphs.py (not the slow
+#                   ones; stopped after 90 s), then pytest -k cuda tests/test_half_models.py
 #                   tests/test_precision.py (needs pytest on that machine; the CUDA image has it)
 #       TESTS_S     the seconds the second group may take (default 300; stopped with SIGINT,
 #                   pytest still prints its failures and summary)
@@ -26,7 +26,7 @@ export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 nvidia-smi 2>&1 | tee "$OUT/bench.log" || true
 if [ "${TESTS:-0}" = 1 ]; then  # first: they check the code the figures below measure
-  timeout -s INT -k 5 90 python3 -m pytest -q -rA --tb=short -p no:cacheprovider \
+  timeout -s INT -k 5 90 python3 -m pytest -q -rA --tb=short -p no:cacheprovider -m "not slow" \
     tests/test_cuda_step.py tests/test_cuda_graphs.py >> "$OUT/cuda_tests.log" 2>&1 || true
   timeout -s INT -k 5 "${TESTS_S:-300}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
     -k cuda tests/test_half_models.py tests/test_precision.py 2>&1 | tail -80 >> "$OUT/cuda_tests.log" || true

@@ -1,9 +1,10 @@
 """The Luong decoder's training pass replayed as CUDA graphs (``--cuda-graphs``).
 
-At the paper's shape on one GPU the input-feeding loop launches a few thousand small
-kernels per update, and the GPU waits on the host that launches them (bench/gpu_probe.py:
-the host's time before synchronisation is the update's time). A CUDA graph records the
-kernels of one forward and one backward pass once and replays them with one launch each.
+At the paper's shape on one GPU the input-feeding loop launches many small kernels per
+update, and the GPU reads as waiting on the host that launches them (bench/gpu_probe.py: the
+host's time before synchronisation is the update's time; a reading, not an experiment that
+isolates it). A CUDA graph records the kernels of one forward and one backward pass once and
+replays them with one launch each.
 
 A graph replays fixed shapes, so each batch is padded up to a bucket: B, S and T rounded up
 to multiples of ``--cuda-graph-step``. The decoder reads the padded batch exactly as the

@@ -139,7 +139,7 @@ class LuongDecoder(CachedStateDecoder):
         if graphs is not None and graphs.applies(
             prev_output_tokens, encoder_out, incremental_state
         ):
-            graphed = graphs(prev_output_tokens, encoder_out)  # None: a shape past the limit
+            graphed = graphs(prev_output_tokens, encoder_out)  # None: past the limit, or failed
             if graphed is not None:
                 return graphed
         return self.plain_features(prev_output_tokens, encoder_out, incremental_state)

@@ -62,8 +62,8 @@ class LoopOutput(NamedTuple):
 
 # On CUDA, the step's elementwise work (the two halves of the gates summed, four
 # activations, c_t, h_t) as torch's fused LSTM cell kernel, one kernel forward and one
-# backward instead of about ten each: at the paper's shape the GPU waits on the host's
-# kernel launches, and fewer kernels make the update faster (measured by bench/gpu_probe.py
+# backward instead of about ten each: at the paper's shape the GPU reads as waiting on the
+# host's kernel launches, and the fused kernel made the update faster (bench/gpu_probe.py,
 # on and off: docs/SPEED.md). False: the plain path below on every device (tests, bench).
 FUSED_CELL = True
 
