@@ -16,6 +16,11 @@ of one update (no optimizer step; the loss is the summed cross-entropy of the ou
   waiting on the host, and fewer or larger kernels (not faster ones) as what would speed the
   update up (a reading: the graphed column below tests it);
 - ``encoder_s``: the encoder's forward and backward alone (eager);
+- ``beam_sentences_per_s``, ``beam_decoder_share`` (fp32 and bf16 rows): beam search as
+  fairseq-generate runs it (beam ``--beam``, every hypothesis forced to ``--length`` tokens,
+  ``--decode-sentences`` of the batch), and the share of its time inside the decoder's calls,
+  each synchronised (``decoding``): whether the decoder's step or the search around it sets
+  the pace of decoding;
 - ``graphed_s``: the encoder run eagerly, the decoder, the output layer and the loss with
   their backward captured once as a CUDA graph (``torch.cuda.graph``) and replayed, then the
   encoder's backward: what the update costs once the host's per-step work is gone. A capture
@@ -239,6 +244,58 @@ def graphed(model, b, pad, precision, iters):
     return statistics.median(times), float(loss.detach())
 
 
+def decoding(model, dictionary, b, cuda, sentences, beam, length):
+    """Beam search as fairseq-generate runs it (fairseq's SequenceGenerator, every hypothesis
+    forced to ``length`` tokens) on the first ``sentences`` of the batch, no autograd:
+    (sentences/s, the share of the search's time inside the decoder's calls). The share comes
+    from a second search whose decoder calls are each synchronised with the GPU before and
+    after, so it bounds what the decoder's step costs against the search around it
+    (scoring, top-k, finishing hypotheses, reordering the cached states)."""
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model.eval()
+    generator = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=0,
+                                  max_len_b=length, min_len=length)  # fmt: skip
+    sample = {"net_input": {"src_tokens": b["src"][:sentences],
+                            "src_lengths": b["lengths"][:sentences]}}  # fmt: skip
+    decoder = model.decoder
+    plain_forward = decoder.forward
+    inside = [0.0]
+
+    def timed_forward(*args, **kwargs):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = plain_forward(*args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        inside[0] += time.perf_counter() - start
+        return out
+
+    def search():
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            generator.generate([model], sample)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    try:
+        search()  # warm-up
+        seconds = search()
+        decoder.forward = timed_forward
+        inside[0] = 0.0
+        total = search()
+    finally:
+        if "forward" in vars(decoder):
+            del decoder.forward
+        model.train()
+    return sentences / seconds, inside[0] / total
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="folder for probe.json")
@@ -250,7 +307,11 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--length", type=int, default=30, help="tokens of every source and target")
     p.add_argument("--iters", type=int, default=8)
+    p.add_argument("--beam", type=int, default=10)
     p.add_argument("--budget-s", type=float, default=240, help="start no measurement after this")
+    p.add_argument("--decode-sentences", type=int, default=64,
+                   help="beam search of this many of the batch's sentences, per model and "
+                   "precision (fp32 and bf16 rows; 0: none)")  # fmt: skip
     args = p.parse_args(argv)
     import torch
 
@@ -264,6 +325,7 @@ def main(argv=None):
     start = time.time()  # the budget counts from here, after the data
     if args.dry_run:
         args.batch, args.length, args.iters = 4, 6, 1
+        args.decode_sentences, args.beam = min(args.decode_sentences, 4), min(args.beam, 2)
     results = {"batch": args.batch, "length": args.length, "iters": args.iters,
                "device": torch.cuda.get_device_name(0) if cuda else "cpu",
                "torch": torch.__version__, "runs": {}}  # fmt: skip
@@ -315,6 +377,15 @@ def main(argv=None):
                 row["encoder_s"] = round(seconds, 4)
             except Exception as e:  # noqa: BLE001  (recorded, the next one runs)
                 row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            decodes = precision in ("fp32", "bf16") and not (plain or graphs)
+            if args.decode_sentences and decodes and "error" not in row:
+                try:
+                    rate, share = decoding(model, dictionary, b, cuda, args.decode_sentences,
+                                           args.beam, args.length)  # fmt: skip
+                    row.update(beam_sentences_per_s=round(rate, 1),
+                               beam_decoder_share=round(share, 3))  # fmt: skip
+                except Exception as e:  # noqa: BLE001
+                    row["beam_error"] = f"{type(e).__name__}: {str(e)[:300]}"
             if graphs and model.decoder.graphs.captured:  # the first pass captured its bucket
                 row["buckets"] = len(model.decoder.graphs.captured)
             model.decoder.graphs = None

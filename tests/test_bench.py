@@ -220,6 +220,10 @@ def test_gpu_probe_dry_run_measures_and_keeps_earlier_models(tmp_path):
     assert set(runs) == {"lstm fp32", "global fp32", "global fp32-plain", "global fp32+graphs"}
     for row in runs.values():
         assert row["tokens_per_s"] > 0 and row["host_s"] > 0 and row["encoder_s"] > 0, row
+    for key in ("lstm fp32", "global fp32"):  # beam search, and the decoder's share of it
+        row = runs[key]
+        assert row["beam_sentences_per_s"] > 0 and 0 < row["beam_decoder_share"] < 1, row
+    assert "beam_sentences_per_s" not in runs["global fp32-plain"]
 
 
 def test_gpu_probe_swaps_an_encoder_outputs_floats_for_graph_inputs():
