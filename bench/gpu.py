@@ -49,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from gpu_report import summary  # noqa: E402
+from gpu_report import GRAPHS, summary  # noqa: E402
 
 USER_DIR = os.path.join(REPO, "luong_plugin")
 MARK = "GPU_BENCH "  # the worker's result line
@@ -66,7 +66,7 @@ PRECISIONS = {
     "bf16": ["--precision", "bf16"],  # ours only: fairseq's --bf16 needs a TPU
 }
 TF32_ENV = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # torch's switch, no code change
-GRAPHS = "+graphs"  # ours with --cuda-graphs: trained only, --graph-updates long
+GRAPH_KEYS = ("graphs", "eager")  # --cuda-graphs runs' counts, in the worker's result
 MODELS = {  # name: (arch options, precisions it is trained in, ours)
     "lstm": (LSTM, ("fp32", "tf32", "fp16", "amp"), False),
     "global": (LUONG_GLOBAL, ("fp32", "tf32", "fp16", "amp", "bf16"), True),
@@ -171,7 +171,7 @@ def train_worker(argv, warmup):
     peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     rate = timed["tokens"] / timed["seconds"] if timed["seconds"] else None
     result = {"tokens_per_s": rate, "steps": timed["steps"], "peak_gib": peak}
-    result.update({k: v for k, v in timed.items() if k.startswith(("graphs", "eager"))})
+    result.update({k: v for k, v in timed.items() if k.startswith(GRAPH_KEYS)})
     print(MARK + json.dumps(result))
 
 
@@ -367,7 +367,7 @@ def collapse(train: dict) -> dict:
                     "rounds": [r["tokens_per_s"] for r in ok],
                     # --cuda-graphs: buckets captured, before the timed updates too, and
                     # batches past the limit (the last round's)
-                    **{k: v for k, v in ok[-1].items() if k.startswith(("graphs", "eager"))},
+                    **{k: v for k, v in ok[-1].items() if k.startswith(GRAPH_KEYS)},
                     "wall_s": [r.get("wall_s") for r in ok],  # each round's process, seconds
                 }
             else:

@@ -55,6 +55,7 @@ import gpu  # noqa: E402  (the synthetic data and the model options)
 import systems  # noqa: E402  (models built as fairseq-train builds them)
 
 sys.path.insert(0, gpu.REPO)
+from luong_plugin.models.luong_options import LuongConfig  # noqa: E402
 from luong_plugin.modules import luong_loop  # noqa: E402
 from luong_plugin.modules.cuda_graphs import DecoderGraphs  # noqa: E402
 
@@ -66,7 +67,7 @@ MODELS = {  # name: (arch options, precisions)
     "local-p": (gpu.LUONG_LOCAL_P, OURS),
 }
 PLAIN = "-plain"  # ours with luong_loop.FUSED_CELL off: the step's elementwise work unfused
-GRAPHS = "+graphs"  # ours with --cuda-graphs (cuda_graphs.DecoderGraphs): the plugin's graphs
+GRAPHS = gpu.GRAPHS  # ours with --cuda-graphs (cuda_graphs.DecoderGraphs): the plugin's graphs
 
 
 def build(bin_dir, name, ours_bf16, dry_run):
@@ -365,7 +366,13 @@ def main(argv=None):
             if precision == "fp16":
                 model = model.half()
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-            model.decoder.graphs = DecoderGraphs(model.decoder, 8, 16) if graphs else None
+            model.decoder.graphs = (
+                DecoderGraphs(
+                    model.decoder, LuongConfig.cuda_graph_step, LuongConfig.cuda_graph_limit
+                )
+                if graphs
+                else None
+            )  # the option's defaults
             b = batch(dictionary, args.batch, args.length, "cuda" if cuda else "cpu")
             tokens = args.batch * args.length
             row = {}

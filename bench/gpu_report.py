@@ -9,16 +9,15 @@ def best(table: dict, key: str):
     return max(found, key=lambda pair: pair[1]) if found else (None, None)
 
 
-GRAPHS = "+graphs"  # bench/gpu.py's name for ours with --cuda-graphs
+GRAPHS = "+graphs"  # bench/gpu.py's (and gpu_probe.py's) name for ours with --cuda-graphs
 
 
 def best_of_ours(train: dict, model: str):
     """(setting, value) of ``model``'s fastest working setting, with --cuda-graphs or
     without (its ``+graphs`` rows), e.g. ("bf16+graphs", 90000.0)."""
-    found = [(p + suffix, r["tokens_per_s"])
-             for suffix in ("", GRAPHS) for p, r in train.get(model + suffix, {}).items()
-             if r.get("tokens_per_s")]  # fmt: skip
-    return max(found, key=lambda pair: pair[1]) if found else (None, None)
+    settings = {p + suffix: r for suffix in ("", GRAPHS)
+                for p, r in train.get(model + suffix, {}).items()}  # fmt: skip
+    return best(settings, "tokens_per_s")
 
 
 def targets(train: dict, decode: dict) -> list:

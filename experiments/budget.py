@@ -106,10 +106,9 @@ def kept(name: str, seed: int, minutes: float) -> bool:
     settings than ``RUNS`` now gives (a default of demo.sh changed since, say) or another
     budget is kept too, as the page reads it, and said so: ``--rerun NAME`` measures it anew."""
     path = result_path(name, seed)
-    if not os.path.exists(path):
+    r = harness.read_json(path)
+    if r is None:
         return False
-    with open(path) as f:
-        r = json.load(f)
     changes = []
     if r.get("environment") != RUNS[name][1]:
         changes.append(f"environment {r.get('environment')}, now {RUNS[name][1]}")

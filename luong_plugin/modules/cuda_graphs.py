@@ -270,9 +270,8 @@ class DecoderGraphs:
             and set(encoder_out) == set(FIELDS)
         )
 
-    def bucket(self, prev_output_tokens: Tensor, encoder_out) -> Tuple[int, int, int]:
-        b, t = prev_output_tokens.shape
-        s = encoder_out["src_pad_mask"].size(1)
+    def bucket(self, b: int, s: int, t: int) -> Tuple[int, int, int]:
+        """(B, S, T): a batch of b sentences, s source positions and t target steps padded."""
         S = round_up(s, self.step)
         attention = self.decoder.attention
         limit = getattr(attention.score, "max_source_positions", None) if attention else None
@@ -285,24 +284,24 @@ class DecoderGraphs:
         bucket has no graph and the limit is reached (the caller runs the plain path)."""
         b, t = prev_output_tokens.shape
         s = encoder_out["src_pad_mask"].size(1)
-        B, S, T = self.bucket(prev_output_tokens, encoder_out)
+        B, S, T = self.bucket(b, s, t)
         device = prev_output_tokens.device.type
         dtypes = tuple(encoder_out[k].dtype for k in FIELDS)
         key = (B, S, T, self.decoder.need_attn, autocast_state(device), dtypes)
         if key in self.failed:
             return None
         captured = self.captured.get(key)
+        if captured is None and len(self.captured) >= self.limit:  # nothing padded for it
+            if self.eager_batches == 0:
+                logger.info(
+                    f"--cuda-graphs: {self.limit} batch shapes graphed (--cuda-graph-limit); "
+                    f"batches of other shapes, such as {B} x {S} / {T}, take the plain path"
+                )
+            self.eager_batches += 1
+            return None
         tokens = pad_tokens(prev_output_tokens, B, T, self.decoder.embed_tokens.padding_idx)
         fields = pad_encoder_out(encoder_out, B, S)
         if captured is None:
-            if len(self.captured) >= self.limit:
-                if self.eager_batches == 0:
-                    logger.info(
-                        f"--cuda-graphs: {self.limit} batch shapes graphed (--cuda-graph-limit); "
-                        f"batches of other shapes, such as {B} x {S} / {T}, take the plain path"
-                    )
-                self.eager_batches += 1
-                return None
             try:
                 captured = self.capture(tokens, fields, key)
             except Exception as e:  # noqa: BLE001  (this shape trains on the plain path)
@@ -324,13 +323,12 @@ class DecoderGraphs:
         statics = [tokens.clone()] + [
             f.detach().clone().requires_grad_(f.requires_grad) for f in fields
         ]
-        kinds = {}
 
         def features(tokens, *inputs):
             encoder_out = dict(zip(FIELDS, inputs[: len(FIELDS)]))
             attn_vec, extra = decoder.plain_features(tokens, encoder_out)
             prob, center = extra["attn"][0], extra["p_t"][0]
-            kinds["kinds"] = (prob is not None, center is not None)
+            self.kinds[key] = (prob is not None, center is not None)
             return [x for x in (attn_vec, prob, center) if x is not None]
 
         device = tokens.device.type
@@ -341,7 +339,6 @@ class DecoderGraphs:
                                 self.grad_buffers)  # fmt: skip
         if self.graph is None and self.pool is None:
             self.pool = captured.forward_graph.pool()
-        self.kinds[key] = kinds["kinds"]
         self.captured[key] = captured
         return captured
 
