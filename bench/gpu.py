@@ -67,13 +67,14 @@ PRECISIONS = {
 }
 TF32_ENV = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}  # torch's switch, no code change
 GRAPH_KEYS = ("graphs", "eager")  # --cuda-graphs runs' counts, in the worker's result
+OURS = ("fp32", "tf32", "fp16", "amp", "bf16")
 MODELS = {  # name: (arch options, precisions it is trained in, ours)
     "lstm": (LSTM, ("fp32", "tf32", "fp16", "amp"), False),
-    "global": (LUONG_GLOBAL, ("fp32", "tf32", "fp16", "amp", "bf16"), True),
-    "local-p": (LUONG_LOCAL_P, ("fp32", "tf32", "fp16", "amp", "bf16"), True),
-    "rnnsearch": (RNNSEARCH, ("fp32", "tf32", "fp16", "amp", "bf16"), True),
-    "global" + GRAPHS: (LUONG_GLOBAL + ["--cuda-graphs"], ("fp32", "tf32", "amp", "bf16"), True),
-    "local-p" + GRAPHS: (LUONG_LOCAL_P + ["--cuda-graphs"], ("fp32", "tf32", "amp", "bf16"), True),
+    "global": (LUONG_GLOBAL, OURS, True),
+    "local-p": (LUONG_LOCAL_P, OURS, True),
+    "rnnsearch": (RNNSEARCH, OURS, True),
+    "global" + GRAPHS: (LUONG_GLOBAL + ["--cuda-graphs"], OURS, True),
+    "local-p" + GRAPHS: (LUONG_LOCAL_P + ["--cuda-graphs"], OURS, True),
 }
 # tiny sizes for --dry-run (the archs keep the papers' sizes otherwise)
 DRY_SIZES = {

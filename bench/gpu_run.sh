@@ -13,7 +13,7 @@
 #                   ones; stopped after 90 s), then pytest -k cuda tests/test_half_models.py
 #                   tests/test_precision.py (needs pytest on that machine; the CUDA image has it)
 #       TESTS_S     the seconds the second group may take (default 300; stopped with SIGINT,
-#                   pytest still prints its failures and summary)
+#                   pytest still prints its failures and summary; 0: not run)
 #       END_S       when set: gpu.py's --deadline-s is END_S minus the seconds this script has
 #                   run so far (its last run ends after that)
 set -euo pipefail
@@ -28,7 +28,7 @@ nvidia-smi 2>&1 | tee "$OUT/bench.log" || true
 if [ "${TESTS:-0}" = 1 ]; then  # first: they check the code the figures below measure
   timeout -s INT -k 5 90 python3 -m pytest -q -rA --tb=short -p no:cacheprovider -m "not slow" \
     tests/test_cuda_step.py tests/test_cuda_graphs.py >> "$OUT/cuda_tests.log" 2>&1 || true
-  timeout -s INT -k 5 "${TESTS_S:-300}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
+  [ "${TESTS_S:-300}" = 0 ] || timeout -s INT -k 5 "${TESTS_S:-300}" python3 -m pytest -q -rfE --tb=short -p no:cacheprovider \
     -k cuda tests/test_half_models.py tests/test_precision.py 2>&1 | tail -80 >> "$OUT/cuda_tests.log" || true
 fi
 if [ "${PROBE:-0}" = 1 ]; then

@@ -272,7 +272,51 @@ def test_cuda_gradients_accumulate_across_buckets():
     """--update-freq over batches of two buckets: the .grad sums equal the plain ones."""
     model = model_of(VARIANTS[2].values[0], "cuda")
     batches = [inputs(model, device="cuda"), inputs(model, (3, 12, 6), 11, 4, device="cuda")]
-    assert_accumulated_as_plain(model, batches + batches[:1], cuda_graphed)
+    graphs = []
+    assert_accumulated_as_plain(model, batches + batches[:1],
+                                lambda m: graphs.append(cuda_graphed(m)))  # fmt: skip
+    assert len(graphs[0].captured) == 2 and not graphs[0].failed
+
+
+@cuda
+def test_cuda_a_bucket_is_recorded_while_the_last_pass_is_alive():
+    """The last batch's loss still referenced (its autograd graph holds the weights' own
+    gradient nodes, made on the default stream) when a new bucket is recorded: the
+    recording reads aliases of the weights and succeeds."""
+    model = model_of(VARIANTS[0].values[0], "cuda")
+    a, b = inputs(model, device="cuda"), inputs(model, (3, 12, 6), 11, seed=4, device="cuda")
+    graphs = cuda_graphed(model)
+    want = plain_pass(model, b)
+    features, _ = model.decoder.extract_features(a[2], model.encoder(*a[:2]))
+    kept = model.decoder.output_layer(features).sum()
+    kept.backward(retain_graph=True)
+    assert_same_pass(training_pass(model, *b), want, 1e-11, 1e-9)
+    assert len(graphs.captured) == 2 and not graphs.failed
+    del kept
+
+
+@cuda
+def test_cuda_a_failed_recording_leaves_the_plain_path_and_its_dropout_working():
+    """A recording that breaks (a synchronisation inside it): the shape takes the plain
+    path, whose dropout still draws from the seed as without --cuda-graphs."""
+    model = model_of(VARIANTS[0].values[0], "cuda", dropout=0.3)
+    batch = inputs(model, device="cuda")
+    plain_features = model.decoder.plain_features
+
+    def breaks_a_recording(*args, **kwargs):
+        if torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()
+        return plain_features(*args, **kwargs)
+
+    model.decoder.plain_features = breaks_a_recording
+    graphs = cuda_graphed(model)
+    training_pass(model, *batch)
+    assert len(graphs.failed) == 1 and not graphs.captured
+    runs = []
+    for features_of in (None, plain_features):  # through DecoderGraphs, and around it
+        torch.manual_seed(3)
+        runs.append(training_pass(model, *batch, features_of=features_of))
+    assert_same_pass(*runs, atol=0, grad_atol=0)
 
 
 @cuda

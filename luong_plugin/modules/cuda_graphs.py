@@ -40,6 +40,7 @@ CUDA the graphed step to the plain one.
 Shape legend: B batch, S source len, T target len, E encoder dim, L layers.
 """
 
+import contextlib
 import logging
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -96,13 +97,17 @@ class Captured:
     function rerun instead of replayed (the tests' stand-in on a CPU)."""
 
     def __init__(self, fn: Callable, static_inputs: Sequence[Tensor], n_params: int,
-                 graph=None, pool=None, grad_buffers=None, warmups: int = 2):  # fmt: skip
+                 graph=None, pool=None, grad_buffers=None, warmups: int = 2,
+                 weights: Optional[Sequence[Tensor]] = None):  # fmt: skip
         """``grad_buffers``: one tensor per weight, allocated once outside the graphs, into
         which the backward graph copies the weights' gradients (every bucket writes the same
-        ones instead of keeping its own)."""
+        ones instead of keeping its own). ``weights``: the tensors a replay's gradients go
+        to, where the recording read aliases of them (the last ``n_params`` static inputs;
+        default: those inputs themselves)."""
         graph = graph or CudaGraph
         self.inputs = tuple(static_inputs)
         self.n_args = len(self.inputs) - n_params
+        self.weights = tuple(self.inputs[self.n_args :] if weights is None else weights)
         wanted = [x for x in self.inputs if x.requires_grad]
         graph.warm_up(fn, self.inputs, wanted, warmups)
         self.forward_graph = graph(pool)
@@ -133,7 +138,7 @@ class Captured:
     def __call__(self, *args: Tensor) -> Tuple[Tensor, ...]:
         """The outputs for ``args`` (the inputs but the weights), differentiable as the
         function's own."""
-        return Replay.apply(self, *args, *self.inputs[self.n_args :])
+        return Replay.apply(self, *args, *self.weights)
 
 
 class Replay(torch.autograd.Function):
@@ -310,6 +315,8 @@ class DecoderGraphs:
                     f"--cuda-graphs: recording a batch of {B} x {S} / {T} failed, such batches "
                     f"take the plain path: {self.failed[key][:500]}"
                 )
+                if self.graph is None:
+                    end_failed_recording()
                 return None
         outputs = captured(tokens, *fields)
         features, prob, center = unflatten(outputs, self.kinds[key])
@@ -318,15 +325,22 @@ class DecoderGraphs:
         return features[:b, :t], extra
 
     def capture(self, tokens: Tensor, fields: List[Tensor], key) -> Captured:
+        """The recording reads the weights through aliases (the same memory, new leaves of
+        autograd): a weight's own gradient node may be kept alive from an earlier pass (the
+        loss or outputs of the last update still referenced), made on the default stream,
+        and a recorded backward pass that reached it would wait on that stream, which ends
+        the recording with an error."""
         decoder = self.decoder
         params = [p for p in decoder.parameters() if p.requires_grad]
+        aliases = [p.detach().requires_grad_() for p in params]
         statics = [tokens.clone()] + [
             f.detach().clone().requires_grad_(f.requires_grad) for f in fields
         ]
 
         def features(tokens, *inputs):
             encoder_out = dict(zip(FIELDS, inputs[: len(FIELDS)]))
-            attn_vec, extra = decoder.plain_features(tokens, encoder_out)
+            with parameters_replaced(decoder, params, aliases):
+                attn_vec, extra = decoder.plain_features(tokens, encoder_out)
             prob, center = extra["attn"][0], extra["p_t"][0]
             self.kinds[key] = (prob is not None, center is not None)
             return [x for x in (attn_vec, prob, center) if x is not None]
@@ -335,12 +349,48 @@ class DecoderGraphs:
         if self.grad_buffers is None:
             self.grad_buffers = [torch.empty_like(p) for p in params]
         with uncached_autocast(device):
-            captured = Captured(features, statics + params, len(params), self.graph, self.pool,
-                                self.grad_buffers)  # fmt: skip
+            captured = Captured(features, statics + aliases, len(params), self.graph,
+                                self.pool, self.grad_buffers, weights=params)  # fmt: skip
         if self.graph is None and self.pool is None:
             self.pool = captured.forward_graph.pool()
         self.captured[key] = captured
         return captured
+
+
+def end_failed_recording():
+    """After a recording that failed: a recording that succeeds, of nothing random. A failed
+    one ends without telling CUDA's default random generator (torch before 2.13 keeps one
+    flag for it), which then refuses every later draw outside a recording, the plain path's
+    dropout included; a recording that ends well clears that flag."""
+    try:
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            torch.zeros(1, device="cuda").add_(1)
+        del graph
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError(
+            "--cuda-graphs: after a failed recording CUDA could not record again, and its "
+            f"random numbers may be unusable; train without --cuda-graphs ({e})"
+        ) from e
+
+
+@contextlib.contextmanager
+def parameters_replaced(module: torch.nn.Module, params: List[Tensor], aliases: List[Tensor]):
+    """``module`` and its children read ``aliases[i]`` where they hold ``params[i]``, until
+    the block ends (a parameter shared by two children is replaced in both)."""
+    alias_of = {id(p): a for p, a in zip(params, aliases)}
+    replaced = []
+    for child in module.modules():
+        for name, p in child._parameters.items():
+            if p is not None and id(p) in alias_of:
+                replaced.append((child, name, p))
+                child._parameters[name] = alias_of[id(p)]
+    try:
+        yield
+    finally:
+        for child, name, p in replaced:
+            child._parameters[name] = p
 
 
 def unflatten(outputs, kinds: Tuple[bool, bool]):
