@@ -122,3 +122,48 @@ def test_errors_name_the_option_and_the_choices():
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode != 0 and "--config 'luong'" in proc.stderr
+
+
+# ------------------------------------------------------- on a GPU: --cuda-graphs, bf16
+
+
+def recipe_command(arch=None, world_size=1, extra=(), plain=False, cuda=True):
+    recipe = wmt.get_recipe("wmt14_en_de")
+    return wmt_run.train_command(recipe, "/data", arch, None, None, world_size, list(extra),
+                                 plain, cuda)  # fmt: skip
+
+
+def test_on_a_gpu_a_luong_input_feeding_model_trains_graphed_in_bf16():
+    args, _ = parse_train_command(recipe_command())
+    assert args.cuda_graphs and args.precision == "bf16"
+    args, _ = parse_train_command(recipe_command(cuda=False))
+    assert not args.cuda_graphs and args.precision == "fp32"
+
+
+@pytest.mark.parametrize("arch, world_size, plain", [
+    ("luong_global_location_no_feed_wmt_en_de", 1, False),  # no input feeding: not graphed
+    (None, 8, False),  # DDP with graphs not run on GPUs
+    (None, 1, True),
+])  # fmt: skip
+def test_on_a_gpu_the_rest_trains_as_configured(arch, world_size, plain):
+    cmd = recipe_command(arch, world_size, plain=plain)
+    assert "--cuda-graphs" not in cmd and "--precision" not in cmd
+
+
+def test_on_a_gpu_rnnsearch_trains_as_configured():
+    recipe = wmt.get_recipe("wmt14_en_fr")
+    cmd = wmt_run.train_command(recipe, "/data", cuda=True)
+    assert "--cuda-graphs" not in cmd and "--precision" not in cmd
+
+
+@pytest.mark.parametrize("flag", [["--fp16"], ["--amp"], ["--precision", "fp32"]])
+def test_on_a_gpu_a_precision_of_ones_own_is_kept(flag):
+    cmd = recipe_command(extra=flag)
+    assert cmd.count("--precision") == flag.count("--precision")  # none of the recipe's
+    args, _ = parse_train_command(cmd)
+    assert args.cuda_graphs and args.precision == "fp32"
+    assert args.fp16 == (flag == ["--fp16"]) and args.amp == (flag == ["--amp"])
+
+
+def test_the_plain_option_reaches_the_train_command():
+    assert "--cuda-graphs" not in dry_run("wmt14_en_de", "--plain")

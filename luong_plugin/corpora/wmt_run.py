@@ -89,14 +89,42 @@ def config_flags(cfg, world_size=1):
     return flags
 
 
-def train_command(recipe, data, arch=None, save_dir=None, config=None, world_size=1, extra=()):
+# on one GPU, the Luong input-feeding models' fastest setting bench/gpu.py measured at the
+# paper's shape (docs/BENCHMARKS.md, "Second sitting: --cuda-graphs")
+GPU_FLAGS = ["--cuda-graphs"]
+GPU_PRECISION = ["--precision", "bf16"]
+PRECISION_FLAGS = ("--fp16", "--memory-efficient-fp16", "--amp", "--bf16", "--precision")
+
+
+def gpu_flags(cfg, world_size=1, extra=(), cuda=None):
+    """What ``train`` adds on one GPU: ``--cuda-graphs`` and ``--precision bf16`` for a Luong
+    model with input feeding (``cuda``: None asks torch). Nothing on a CPU, for RNNsearch and
+    RNNencdec or decoders without input feeding (not graphed), or with ``world_size`` > 1
+    (fairseq's DDP with graphs has not run on GPUs); no precision where ``extra`` sets one."""
+    model = cfg.get("model", {})
+    if world_size != 1 or "cuda_graphs" not in model or not model.get("input_feeding"):
+        return []
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if not cuda:
+        return []
+    own_precision = any(flag.split("=")[0] in PRECISION_FLAGS for flag in extra)
+    return GPU_FLAGS + ([] if own_precision else GPU_PRECISION)
+
+
+def train_command(recipe, data, arch=None, save_dir=None, config=None, world_size=1, extra=(),
+                  plain=False, cuda=None):  # fmt: skip
+    """``plain``: as the config states it, without ``gpu_flags``."""
     arch = arch or recipe.arch
     save_dir = save_dir or os.path.join("checkpoints", recipe.name, arch)
     cfg = load_config(config or arch)
+    speed = [] if plain else gpu_flags(cfg, world_size, extra, cuda)
     return [
         fairseq_tool("fairseq-train"), os.path.join(data, "bin"), "--user-dir", USER_DIR,
         "--task", "translation", "--source-lang", recipe.src, "--target-lang", recipe.tgt,
-        "--arch", arch, *config_flags(cfg, world_size), *recipe.train_flags,
+        "--arch", arch, *config_flags(cfg, world_size), *recipe.train_flags, *speed,
         "--save-dir", save_dir, "--no-epoch-checkpoints", *extra,
     ]  # fmt: skip
 
@@ -219,6 +247,9 @@ def add_commands(commands):
     p.add_argument("--world-size", type=int, default=1,
                    help="GPUs; each takes batch/N sentences (default: 1)")
     p.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
+    p.add_argument("--plain", action="store_true",
+                   help="on a GPU too, train as the config states it: without the "
+                   "--cuda-graphs and --precision bf16 a Luong input-feeding model gets there")
     p = commands.add_parser("evaluate", help="decode the test set, print tokenized BLEU "
                             "and sacreBLEU (fairseq-generate flags after --)")
     p.add_argument("--recipe", required=True)
@@ -239,7 +270,7 @@ def add_commands(commands):
 def run(args, recipe, extra):
     if args.command == "train":
         cmd = train_command(recipe, args.data, args.arch, args.save_dir, args.config,
-                            args.world_size, extra)  # fmt: skip
+                            args.world_size, extra, args.plain)  # fmt: skip
         print(shlex.join(cmd), flush=True)
         if not args.dry_run:
             subprocess.run(cmd, check=True)

@@ -20,7 +20,10 @@ plain one, and the outputs are cut back to the batch's own shape:
 
 ``DecoderGraphs`` keeps one captured pair (forward, backward) per bucket, up to
 ``--cuda-graph-limit``; a batch of another shape beyond it, or of a shape whose capture
-failed, runs the plain path. The graphs of all buckets share one memory pool and one set of
+failed, runs the plain path (after a failed capture, one of nothing random frees CUDA's
+random generator: ``end_failed_recording``). The recording reads aliases of the weights, so
+that no gradient node made outside it (on the default stream) is reached by its backward
+pass; a replay's gradients go to the weights themselves. The graphs of all buckets share one memory pool and one set of
 weight-gradient buffers: each update replays one bucket's forward and then its backward, and
 nothing a graph wrote outlives its update (the outputs are read by the output layer and the
 loss within it; the weights' gradients are copied out), so a replay may reuse the memory
@@ -359,9 +362,9 @@ class DecoderGraphs:
 
 def end_failed_recording():
     """After a recording that failed: a recording that succeeds, of nothing random. A failed
-    one ends without telling CUDA's default random generator (torch before 2.13 keeps one
-    flag for it), which then refuses every later draw outside a recording, the plain path's
-    dropout included; a recording that ends well clears that flag."""
+    one ends without telling CUDA's default random generator (torch 2.11, as run on an H200,
+    keeps one flag for it), which then refuses every later draw outside a recording, the
+    plain path's dropout included; a recording that ends well clears that flag."""
     try:
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()

@@ -82,7 +82,9 @@ def default_precision() -> str:
     """The ``--precision`` make demo and recipes/own_text train with on this machine:
     bf16 on a CPU with native bf16 instructions, where ``make bench`` measures it faster
     than fp32 (docs/BENCHMARKS.md); fp32 on a GPU, where bench/gpu.py measured none of
-    bf16, --fp16 and --amp faster than fp32 (docs/BENCHMARKS.md); fp32 elsewhere."""
+    bf16, --fp16 and --amp faster than fp32 on the plain path (docs/BENCHMARKS.md; with
+    --cuda-graphs they were, at the papers' shape, which the WMT recipes use; the demo's size
+    was not measured on a GPU); fp32 elsewhere."""
     if torch.cuda.is_available():
         return "fp32"
     return "bf16" if cpu_has_native_bf16() else "fp32"
