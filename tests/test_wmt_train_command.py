@@ -127,26 +127,34 @@ def test_errors_name_the_option_and_the_choices():
 # ------------------------------------------------------- on a GPU: --cuda-graphs, bf16
 
 
-def recipe_command(arch=None, world_size=1, extra=(), plain=False, cuda=True):
+def recipe_command(arch=None, world_size=1, extra=(), plain=False, cuda=True, config=None):
     recipe = wmt.get_recipe("wmt14_en_de")
-    return wmt_run.train_command(recipe, "/data", arch, None, None, world_size, list(extra),
+    return wmt_run.train_command(recipe, "/data", arch, None, config, world_size, list(extra),
                                  plain, cuda)  # fmt: skip
 
 
-def test_on_a_gpu_a_luong_input_feeding_model_trains_graphed_in_bf16():
-    args, _ = parse_train_command(recipe_command())
-    assert args.cuda_graphs and args.precision == "bf16"
-    args, _ = parse_train_command(recipe_command(cuda=False))
+@pytest.mark.parametrize("arch, config", [
+    (None, None),
+    # WMT'15's "+ feed" row: the no-dropout schedule of another arch's config
+    ("luong_global_location_wmt_en_de", "luong_base_reverse_wmt_en_de"),
+])  # fmt: skip
+def test_on_a_gpu_a_luong_input_feeding_model_trains_graphed_in_bf16(arch, config):
+    args, _ = parse_train_command(recipe_command(arch, config=config))
+    assert args.cuda_graphs and args.cuda_graph_limit == 32 and args.precision == "bf16"
+    args, _ = parse_train_command(recipe_command(arch, config=config, cuda=False))
     assert not args.cuda_graphs and args.precision == "fp32"
 
 
-@pytest.mark.parametrize("arch, world_size, plain", [
-    ("luong_global_location_no_feed_wmt_en_de", 1, False),  # no input feeding: not graphed
-    (None, 8, False),  # DDP with graphs not run on GPUs
-    (None, 1, True),
+@pytest.mark.parametrize("arch, world_size, plain, extra, config", [
+    # no input feeding: not graphed, whatever the config's arch
+    ("luong_global_location_no_feed_wmt_en_de", 1, False, [], "luong_wmt_en_de"),
+    ("luong_base_wmt_en_de", 1, False, [], None),
+    (None, 8, False, [], None),  # DDP with graphs not run on GPUs
+    (None, 1, True, [], None),
+    (None, 1, False, ["--cpu"], None),
 ])  # fmt: skip
-def test_on_a_gpu_the_rest_trains_as_configured(arch, world_size, plain):
-    cmd = recipe_command(arch, world_size, plain=plain)
+def test_on_a_gpu_the_rest_trains_as_configured(arch, world_size, plain, extra, config):
+    cmd = recipe_command(arch, world_size, extra, plain, config=config)
     assert "--cuda-graphs" not in cmd and "--precision" not in cmd
 
 
@@ -165,5 +173,10 @@ def test_on_a_gpu_a_precision_of_ones_own_is_kept(flag):
     assert args.fp16 == (flag == ["--fp16"]) and args.amp == (flag == ["--amp"])
 
 
-def test_the_plain_option_reaches_the_train_command():
-    assert "--cuda-graphs" not in dry_run("wmt14_en_de", "--plain")
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_train_command_asks_torch_for_a_gpu_and_takes_plain(plain, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    wmt.main(["train", "--recipe", "wmt14_en_de", "--data", "/data", "--dry-run"]
+             + (["--plain"] if plain else []))  # fmt: skip
+    cmd = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
+    assert ("--cuda-graphs" in cmd) != plain

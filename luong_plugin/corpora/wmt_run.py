@@ -89,20 +89,29 @@ def config_flags(cfg, world_size=1):
     return flags
 
 
-# on one GPU, the Luong input-feeding models' fastest setting bench/gpu.py measured at the
-# paper's shape (docs/BENCHMARKS.md, "Second sitting: --cuda-graphs")
-GPU_FLAGS = ["--cuda-graphs"]
+# on one GPU, for the Luong input-feeding models: --cuda-graphs, which bench/gpu.py measured
+# at the paper's shape to train them fastest (docs/BENCHMARKS.md, "Second sitting:
+# --cuda-graphs"), with 32 graphs, where batches of 128 pairs of at most 51 tokens came in
+# 20-21 shapes on two corpora and the default 16 left 5-6% of the target tokens to the plain
+# path (bench/graph_buckets.py, docs/SPEED.md); in bf16, within one round's spread of the
+# fastest precision there (--fp16), and with no loss scaling
+GPU_FLAGS = ["--cuda-graphs", "--cuda-graph-limit", "32"]
 GPU_PRECISION = ["--precision", "bf16"]
 PRECISION_FLAGS = ("--fp16", "--memory-efficient-fp16", "--amp", "--bf16", "--precision")
 
 
-def gpu_flags(cfg, world_size=1, extra=(), cuda=None):
-    """What ``train`` adds on one GPU: ``--cuda-graphs`` and ``--precision bf16`` for a Luong
-    model with input feeding (``cuda``: None asks torch). Nothing on a CPU, for RNNsearch and
+def gpu_flags(arch, world_size=1, extra=(), cuda=None):
+    """What ``train`` adds on one GPU: ``--cuda-graphs`` (32 shapes) and ``--precision bf16``
+    for ``arch`` a Luong model with input feeding (read from ``configs/<arch>.yaml``'s model
+    section, which tests/test_configs.py holds equal to the arch; ``cuda``: None asks
+    torch). Nothing on a CPU or with fairseq's ``--cpu`` in ``extra``, for RNNsearch and
     RNNencdec or decoders without input feeding (not graphed), or with ``world_size`` > 1
-    (fairseq's DDP with graphs has not run on GPUs); no precision where ``extra`` sets one."""
-    model = cfg.get("model", {})
-    if world_size != 1 or "cuda_graphs" not in model or not model.get("input_feeding"):
+    (fairseq's DDP with graphs has not run on GPUs); no precision where ``extra`` sets one.
+    A ``--config`` of another arch changes the optimisation only, as the flags it gives."""
+    if world_size != 1 or "--cpu" in extra or arch not in available_configs():
+        return []
+    model = load_config(arch).get("model", {})
+    if "cuda_graphs" not in model or not model.get("input_feeding"):
         return []
     if cuda is None:
         import torch
@@ -120,7 +129,7 @@ def train_command(recipe, data, arch=None, save_dir=None, config=None, world_siz
     arch = arch or recipe.arch
     save_dir = save_dir or os.path.join("checkpoints", recipe.name, arch)
     cfg = load_config(config or arch)
-    speed = [] if plain else gpu_flags(cfg, world_size, extra, cuda)
+    speed = [] if plain else gpu_flags(arch, world_size, extra, cuda)
     return [
         fairseq_tool("fairseq-train"), os.path.join(data, "bin"), "--user-dir", USER_DIR,
         "--task", "translation", "--source-lang", recipe.src, "--target-lang", recipe.tgt,

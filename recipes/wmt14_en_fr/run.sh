@@ -2,7 +2,7 @@
 # WMT'14 English->French, Bahdanau et al. (2015) RNNsearch and RNNencdec. See README.md here.
 #
 # usage: recipes/wmt14_en_fr/run.sh prepare  --out DIR [--raw-dir RAW] [--vocab N] [--max-len N]
-#        recipes/wmt14_en_fr/run.sh train    --data DIR [--arch A] [--world-size N] [-- FAIRSEQ-ARGS]
+#        recipes/wmt14_en_fr/run.sh train    --data DIR [--arch A] [--world-size N] [--plain] [-- FAIRSEQ-ARGS]
 #        recipes/wmt14_en_fr/run.sh evaluate --data DIR --checkpoint C [--unk-replace] [-- FAIRSEQ-ARGS]
 #        recipes/wmt14_en_fr/run.sh score    --data DIR --hyp TOKENIZED-FILE
 #   env PYTHON   interpreter with fairseq and this package (default .venv/bin/python)

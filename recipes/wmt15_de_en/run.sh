@@ -2,7 +2,7 @@
 # WMT'15 German->English, Luong et al. (2015) Table 3. See README.md here.
 #
 # usage: recipes/wmt15_de_en/run.sh prepare  --out DIR [--raw-dir RAW] [--vocab N] [--max-len N]
-#        recipes/wmt15_de_en/run.sh train    --data DIR [--arch A] [--world-size N] [-- FAIRSEQ-ARGS]
+#        recipes/wmt15_de_en/run.sh train    --data DIR [--arch A] [--world-size N] [--plain] [-- FAIRSEQ-ARGS]
 #        recipes/wmt15_de_en/run.sh evaluate --data DIR --checkpoint C [--unk-replace] [-- FAIRSEQ-ARGS]
 #        recipes/wmt15_de_en/run.sh score    --data DIR --hyp TOKENIZED-FILE
 #   env PYTHON   interpreter with fairseq and this package (default .venv/bin/python)
