@@ -23,13 +23,13 @@ plain one, and the outputs are cut back to the batch's own shape:
 failed, runs the plain path (after a failed capture, one of nothing random frees CUDA's
 random generator: ``end_failed_recording``). The recording reads aliases of the weights, so
 that no gradient node made outside it (on the default stream) is reached by its backward
-pass; a replay's gradients go to the weights themselves. The graphs of all buckets share one memory pool and one set of
-weight-gradient buffers: each update replays one bucket's forward and then its backward, and
-nothing a graph wrote outlives its update (the outputs are read by the output layer and the
-loss within it; the weights' gradients are copied out), so a replay may reuse the memory
-another bucket's graph used as scratch. The encoder, the output layer and the loss run
-eagerly around the graph. Decoding and validation (no autograd) take the plain path, and so
-do decoders without input feeding (``DecoderGraphs.applies``).
+pass; a replay's gradients go to the weights themselves. The graphs of all buckets share one
+memory pool and one set of weight-gradient buffers: each update replays one bucket's forward
+and then its backward, and nothing a graph wrote outlives its update (the outputs are read
+by the output layer and the loss within it; the weights' gradients are copied out), so a
+replay may reuse the memory another bucket's graph used as scratch. The encoder, the output
+layer and the loss run eagerly around the graph. Decoding and validation (no autograd) take
+the plain path, and so do decoders without input feeding (``DecoderGraphs.applies``).
 
 The recorded kernels read the weights where they are, so fairseq's optimizers (which update
 them in place) need nothing more. Autocast (``--amp``, ``--precision bf16``, fairseq's
