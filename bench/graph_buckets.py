@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from luong_plugin.modules.cuda_graphs import round_up  # noqa: E402
+from luong_plugin.modules.cuda_graphs import padded_shape  # noqa: E402
 
 Batch = Tuple[int, int, int, int]  # sentences, longest source, longest target, target tokens
 
@@ -49,8 +49,9 @@ def batches(src: np.ndarray, tgt: np.ndarray, batch_size: Optional[int], max_tok
 
 
 def bucket(batch: Batch, step: int) -> Tuple[int, int, int]:
+    """The decoder's bucket of ``batch`` (no location score: the source is not capped)."""
     b, s, t, _ = batch
-    return round_up(b, step), round_up(s, step), round_up(t, step)
+    return padded_shape(b, s, t, step)
 
 
 def coverage(found: Sequence[Batch], step: int, limit: int, epochs: int = 3, seed: int = 1):

@@ -69,6 +69,16 @@ def round_up(n: int, step: int) -> int:
     return -(-n // step) * step
 
 
+def padded_shape(b: int, s: int, t: int, step: int, source_rows: Optional[int] = None):
+    """(B, S, T): a batch of b sentences, s source positions and t target steps padded up to
+    multiples of ``step``; the source no further than ``source_rows`` (the location score's
+    weight rows), and never below s."""
+    S = round_up(s, step)
+    if source_rows:
+        S = max(s, min(S, source_rows))
+    return round_up(b, step), S, round_up(t, step)
+
+
 def pad_encoder_out(encoder_out: Dict[str, Tensor], B: int, S: int) -> List[Tensor]:
     """``FIELDS`` of ``encoder_out`` padded to B sentences of S positions, in FIELDS' order.
     Extra positions are padding (masked, zero, their own column in ``src_order``); extra
@@ -280,12 +290,10 @@ class DecoderGraphs:
 
     def bucket(self, b: int, s: int, t: int) -> Tuple[int, int, int]:
         """(B, S, T): a batch of b sentences, s source positions and t target steps padded."""
-        S = round_up(s, self.step)
         attention = self.decoder.attention
-        limit = getattr(attention.score, "max_source_positions", None) if attention else None
-        if limit:  # the location score has one weight row per position
-            S = max(s, min(S, limit))
-        return round_up(b, self.step), S, round_up(t, self.step)
+        # the location score has one weight row per position
+        rows = getattr(attention.score, "max_source_positions", None) if attention else None
+        return padded_shape(b, s, t, self.step, rows)
 
     def __call__(self, prev_output_tokens: Tensor, encoder_out) -> Optional[tuple]:
         """(features, extra) as ``extract_features`` gives them, or None where the batch's
