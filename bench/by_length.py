@@ -12,7 +12,9 @@ whose targets have ``L`` pieces too, for each ``L``:
 - training: target tokens/s of an update (forward, backward, clip, Adam) through the
   criterion, as fairseq's trainer calls it (a step's attention is the fused node of
   attention_step.py, over every position); local-p also on the plain path with the
-  gathered window from one window of source on (``local-p gathered``);
+  gathered window from one window of source on (``local-p gathered``), and with eq. (9)'s
+  products in the loop's product dtype instead of fp32 (``local-p eq9 bf16``: bf16 under
+  ``--precision bf16``, as they ran on a CPU before ``luong_loop.POSITION_FP32_ON_CPU``);
 - decoding: beam-5 sentences/s of fairseq's SequenceGenerator with every hypothesis
   forced to ``L`` tokens (``min_len`` = ``max_len``), so every model decodes as many steps.
 
@@ -50,6 +52,9 @@ LOCAL = ("local-p", "local-m")  # each timed against global
 # gathered window from one window of source on (attention.TRAIN_GATHER_FROM = 1), where
 # the fused step scores every position at every length
 GATHERED = "local-p gathered"
+# local-p's update with eq. (9)'s products in the loop's product dtype (bf16 under
+# --precision bf16), as before they ran in fp32 on a CPU (luong_loop.POSITION_FP32_ON_CPU)
+EQ9_BF16 = "local-p eq9 bf16"
 
 
 def gathering(update):
@@ -64,6 +69,21 @@ def gathering(update):
             return update()
         finally:
             attention.TRAIN_GATHER_FROM, luong_loop.step_source = kept
+
+    return run
+
+
+def eq9_in_loop_dtype(update):
+    """``update`` with luong_loop.POSITION_FP32_ON_CPU off, restored after each call."""
+    from luong_plugin.modules import luong_loop
+
+    def run():
+        kept = luong_loop.POSITION_FP32_ON_CPU
+        luong_loop.POSITION_FP32_ON_CPU = False
+        try:
+            return update()
+        finally:
+            luong_loop.POSITION_FP32_ON_CPU = kept
 
     return run
 
@@ -175,21 +195,22 @@ def main(argv=None):
                 for name, (_, model, criterion) in built.items()}  # fmt: skip
         _, model, criterion = built["local-p"]
         jobs[f"{GATHERED} train"] = gathering(measure.make_update(model, criterion, train))
+        jobs[f"{EQ9_BF16} train"] = eq9_in_loop_dtype(measure.make_update(model, criterion, train))
         jobs.update({f"{name} beam": make_forced_generate(model, tgt_dict, decode, 5, length)
                      for name, (_, model, _) in built.items()})  # fmt: skip
         seconds, _ = measure.median_rounds(jobs, args.rounds)
         row = {"length": length, "batch": batch}
-        for name in (*MODELS, GATHERED):
+        for name in (*MODELS, GATHERED, EQ9_BF16):
             row[f"{name} train tok/s"] = batch * length / seconds[f"{name} train"]
-            if name != GATHERED:
+            if name in MODELS:
                 row[f"{name} beam sent/s"] = args.decode_sentences / seconds[f"{name} beam"]
-        for name in (*LOCAL, GATHERED):
+        for name in (*LOCAL, GATHERED, EQ9_BF16):
             row[f"{name} train ratio"] = row[f"{name} train tok/s"] / row["global train tok/s"]
-            if name != GATHERED:
+            if name in LOCAL:
                 row[f"{name} beam ratio"] = row[f"{name} beam sent/s"] / row["global beam sent/s"]
         rows.append(row)
         print(f"L = {length}: training " + ", ".join(
-            f"{name} {row[f'{name} train ratio']:.2f}x" for name in (*LOCAL, GATHERED)
+            f"{name} {row[f'{name} train ratio']:.2f}x" for name in (*LOCAL, GATHERED, EQ9_BF16)
         ) + "; beam " + ", ".join(f"{name} {row[f'{name} beam ratio']:.2f}x" for name in LOCAL),
             file=sys.stderr, flush=True)  # fmt: skip
     lines = [
@@ -197,13 +218,13 @@ def main(argv=None):
         f"{args.rounds} rounds, {(time.time() - started) / 60:.1f} min; ratios to global",
         "",
         "| source = target pieces | batch | training tok/s, global | local-p | local-m "
-        f"| {GATHERED} | beam-5 sent/s, global | local-p | local-m |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| {GATHERED} | {EQ9_BF16} | beam-5 sent/s, global | local-p | local-m |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['length']} | {r['batch']} | {r['global train tok/s']:,.0f} | "
-            + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in (*LOCAL, GATHERED))
+            + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in (*LOCAL, GATHERED, EQ9_BF16))
             + f" | {r['global beam sent/s']:.1f} | "
             + " | ".join(f"{r[f'{n} beam ratio']:.2f}x" for n in LOCAL)
             + " |"

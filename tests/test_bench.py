@@ -283,7 +283,10 @@ def test_by_length_quick_compares_the_models_at_each_length(bible, tmp_path):
     assert [r["length"] for r in rows] == [8, 40]
     for r in rows:
         assert min(v for k, v in r.items() if k.endswith(" ratio")) > 0
-        assert {"local-p train ratio", "local-m beam ratio", "local-p gathered train ratio"} <= set(
-            r
-        )
+        assert {
+            "local-p train ratio",
+            "local-m beam ratio",
+            "local-p gathered train ratio",
+            "local-p eq9 bf16 train ratio",
+        } <= set(r)
     assert "| 40 |" in proc.stdout

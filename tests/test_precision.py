@@ -128,6 +128,35 @@ def test_bf16_gradients_close_to_fp32(options, device):
             assert error <= PARAM_GRAD_TOL, f"{name}: relative gradient error {error:.3f}"
 
 
+def test_eq9_products_run_in_fp32_on_a_cpu_under_bf16(monkeypatch):
+    """Local-p's eq. (9) in the training loop multiplies in fp32 on a CPU under bf16
+    (``luong_loop.position_dtype``), in the loop's bf16 with ``POSITION_FP32_ON_CPU``
+    off; the LSTM's products stay bf16 either way."""
+    from luong_plugin.modules import luong_loop
+    from luong_plugin.modules.windows import LocalPredictiveWindow
+
+    asked, loop_weights = [], LocalPredictiveWindow.loop_weights
+
+    def spy(self, dtype):
+        asked.append(dtype)
+        return loop_weights(self, dtype)
+
+    monkeypatch.setattr(LocalPredictiveWindow, "loop_weights", spy)
+    x = torch.zeros(2, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert luong_loop.position_dtype(x) == torch.float32
+        assert luong_loop.product_dtype(x) == torch.bfloat16
+    assert luong_loop.position_dtype(x.double()) == torch.float64  # no autocast: as given
+    model = build(attention_window="local-p", attention_score="general", precision="fp32")
+    src, lengths, prev = batch(model, "cpu")
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what --precision bf16 runs under
+        model(src, lengths, prev)[0].sum().backward()
+        monkeypatch.setattr(luong_loop, "POSITION_FP32_ON_CPU", False)
+        model(src, lengths, prev)[0].sum().backward()
+    assert asked == [torch.float32, torch.bfloat16]
+
+
 def _fused(model, src, lengths, prev):
     features, _ = model.extract_features(src, lengths, prev)  # B x T x C
     layer = model.decoder.output_projection()

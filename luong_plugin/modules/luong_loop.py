@@ -15,6 +15,8 @@ the same function with the machinery that makes it fast, tested equal to it
   per call (and cast to bf16 once under ``--precision bf16``); in incremental
   decoding, once per generation call, kept in the incremental state
   (``step_weights``);
+- local-p's eq. (9) multiplies h_t by W_p in fp32 on a CPU, bf16 or not
+  (``position_dtype``);
 - in training, the gradient of each recurrent weight, of W_c and of local-p's
   W_p and v_p is one GEMM over all steps instead of one product per step
   (``LoopWeight``, loop_weight.py), and so are the gradients of the attended keys
@@ -58,6 +60,22 @@ class LoopOutput(NamedTuple):
             torch.stack(cells),
             input_feed,
         )
+
+
+# Eq. (9)'s products (h_t W_p, then v_p) on a CPU in fp32 even under bf16: their B x H rows
+# are too few for bf16 to pay, and in bf16 each step adds four casts (the query, tanh's
+# output, and both again in backward). bench/by_length.py times local-p's update both ways
+# (docs/LOCAL_P.md, "By source length"). False: the loop's product dtype, as on CUDA.
+POSITION_FP32_ON_CPU = True
+
+
+def position_dtype(like: Tensor) -> torch.dtype:
+    """The dtype of eq. (9)'s products in the loop: fp32 at least on a CPU (with
+    ``POSITION_FP32_ON_CPU``), else the loop's product dtype (bf16 under autocast)."""
+    dtype = product_dtype(like)
+    if POSITION_FP32_ON_CPU and like.device.type == "cpu":
+        return at_least_fp32(dtype)
+    return dtype
 
 
 # On CUDA, the step's elementwise work (the two halves of the gates summed, four
@@ -126,7 +144,7 @@ def run(
     combine = position = source = None
     if decoder.attention is not None and torch.is_grad_enabled():
         combine = LoopWeight(decoder.W_c.weight.t().to(product_dtype(x)))
-        position = decoder.attention.window.loop_weights(product_dtype(x))  # local-p only
+        position = decoder.attention.window.loop_weights(position_dtype(x))  # local-p only
         source = step_source(
             decoder.attention,
             state.get("proj_keys"),

@@ -234,8 +234,9 @@ class LocalPredictiveWindow(_LocalWindow):
         self.v_p = nn.Linear(query_dim, 1, bias=False)
 
     def loop_weights(self, dtype: torch.dtype) -> Optional[PositionWeights]:
-        """W_p and v_p for one pass of the per-step loop in training: W_p cast to the
-        loop's product dtype once per call (as the LSTM's weights are), v_p fp32, and
+        """W_p and v_p for one pass of the per-step loop in training: W_p cast to
+        ``dtype`` once per call (``luong_loop.position_dtype``: fp32 on a CPU, the loop's
+        product dtype on CUDA), v_p fp32, and
         the gradient of each one GEMM over all steps (``LoopWeight``). None (the plain
         path) when either is frozen."""
         if not (self.W_p.weight.requires_grad and self.v_p.weight.requires_grad):
