@@ -10,7 +10,8 @@ median over rounds:
 - ``global``: global attention (general score), the peer;
 - ``local-p``: the demo's local-p attention (D = 14, sigma 5, renormalised,
   logit bound 4), eq. (9) through the loop's own path (``loop_weights``: W_p in
-  bf16 when the CPU has it natively, the weight gradients one GEMM over all steps);
+  fp32, as ``luong_loop.position_dtype`` gives on a CPU, the weight gradients one GEMM
+  over all steps);
 - ``eq. (9)``: the window's ``centre`` alone on that path (p_t from h_t);
 - ``mask and log G``: the window's ``mask`` (window and eq. (10)) from a given p_t;
 - ``h_t W_p``: eq. (9)'s product alone (forward, no autograd), the thin GEMM;
@@ -120,10 +121,8 @@ def main(argv=None):
         args.rounds, args.batch, args.hidden, args.src_len, args.steps = 2, 3, 16, 8, 4
     import torch
 
-    from luong_plugin.modules.precision import cpu_has_native_bf16
-
     torch.set_num_threads(args.threads)
-    dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    dtype = torch.float32  # eq. (9)'s products on a CPU (luong_loop.position_dtype)
     jobs = pieces(args.batch, args.hidden, args.src_len, args.steps, dtype)
     seconds, _ = measure.median_rounds(jobs, args.rounds, warmup=2)
     print(f"batch {args.batch}, H = {args.hidden}, S <= {args.src_len}, {args.steps} steps, "

@@ -131,8 +131,11 @@ def test_bf16_gradients_close_to_fp32(options, device):
 def test_eq9_products_run_in_fp32_on_a_cpu_under_bf16(monkeypatch):
     """Local-p's eq. (9) in the training loop multiplies in fp32 on a CPU under bf16
     (``luong_loop.position_dtype``), in the loop's bf16 with ``POSITION_FP32_ON_CPU``
-    off; the LSTM's products stay bf16 either way."""
+    off, while the loop's product dtype stays bf16; and fp32 weights keep eq. (9)'s
+    products fp32 under autocast (the plain path's ``PositionStep``): p_t equal to the
+    one computed without autocast."""
     from luong_plugin.modules import luong_loop
+    from luong_plugin.modules.position_network import position_step
     from luong_plugin.modules.windows import LocalPredictiveWindow
 
     asked, loop_weights = [], LocalPredictiveWindow.loop_weights
@@ -155,6 +158,15 @@ def test_eq9_products_run_in_fp32_on_a_cpu_under_bf16(monkeypatch):
         monkeypatch.setattr(luong_loop, "POSITION_FP32_ON_CPU", False)
         model(src, lengths, prev)[0].sum().backward()
     assert asked == [torch.float32, torch.bfloat16]
+
+    window = model.decoder.attention.window
+    weights = loop_weights(window, torch.float32)
+    query, scale = torch.randn(3, window.W_p.weight.size(1)), torch.full((3, 1), 9.0)  # B x H
+    args = (query, weights.W_p.weight_t, weights.v_p.weight_t, scale, weights)
+    plain = position_step(*args)[0]  # B x 1: p_t
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast = position_step(*args)[0]
+    assert under_autocast.dtype == torch.float32 and torch.equal(under_autocast, plain)
 
 
 def _fused(model, src, lengths, prev):

@@ -13,9 +13,13 @@ windows.py's.
 Shape legend: B batch, T target len, S source len (padded), W window width, H query dim.
 """
 
+import contextlib
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from .precision import autocast_on, full_precision
 
 
 def logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, scale: Tensor, bound: float):
@@ -58,8 +62,12 @@ def position_step(query: Tensor, w_p: Tensor, v_p: Tensor, scale: Tensor, weight
     ``LoopWeight``s. Returns p_t, what ``position_step_grad`` reads (tanh(W_p h_t), the
     logit, its sigmoid) and the two tape steps. Inside an autograd Function's forward."""
     x = query.to(w_p.dtype)  # B x H
-    hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
-    logit = hidden.mm(v_p)  # B x 1
+    # an fp32 W_p under autocast (the plain path of a bf16 model) keeps its products fp32:
+    # autocast would run them in bf16, casting W_p at every step
+    fp32 = w_p.dtype == torch.float32 and autocast_on(x.device.type)
+    with full_precision(x.device) if fp32 else contextlib.nullcontext():
+        hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
+        logit = hidden.mm(v_p)  # B x 1
     s = torch.sigmoid(logit)  # B x 1
     steps = (weights.W_p.record(x), weights.v_p.record(hidden))
     return scale * s, (hidden, logit, s), steps  # p_t: B x 1

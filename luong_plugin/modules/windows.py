@@ -123,7 +123,7 @@ class Span(NamedTuple):
 class PositionWeights(NamedTuple):
     """Eq. (9)'s W_p and v_p for one pass of the decoder's per-step loop."""
 
-    W_p: LoopWeight  # H x H, transposed, in the loop's product dtype
+    W_p: LoopWeight  # H x H, transposed, in luong_loop.position_dtype's dtype
     v_p: LoopWeight  # H x 1, transposed, fp32 at least: the logit stays fp32
 
 
@@ -235,8 +235,8 @@ class LocalPredictiveWindow(_LocalWindow):
 
     def loop_weights(self, dtype: torch.dtype) -> Optional[PositionWeights]:
         """W_p and v_p for one pass of the per-step loop in training: W_p cast to
-        ``dtype`` once per call (``luong_loop.position_dtype``: fp32 on a CPU, the loop's
-        product dtype on CUDA), v_p fp32, and
+        ``dtype`` once per call (``luong_loop.position_dtype``: fp32 at least on a CPU,
+        the loop's product dtype on CUDA or with ``POSITION_FP32_ON_CPU`` off), v_p fp32, and
         the gradient of each one GEMM over all steps (``LoopWeight``). None (the plain
         path) when either is frozen."""
         if not (self.W_p.weight.requires_grad and self.v_p.weight.requires_grad):
