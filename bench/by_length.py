@@ -57,35 +57,37 @@ GATHERED = "local-p gathered"
 EQ9_BF16 = "local-p eq9 bf16"
 
 
-def gathering(update):
-    """``update`` run on the plain path with attention.TRAIN_GATHER_FROM = 1 (the loop's
-    ``step_source`` gives no fused step), both restored after each call."""
-    from luong_plugin.modules import attention, luong_loop
+def with_settings(update, *settings):
+    """``update`` run with each (module, name, value) of ``settings`` set, the module
+    attributes restored after each call."""
 
     def run():
-        kept = attention.TRAIN_GATHER_FROM, luong_loop.step_source
-        attention.TRAIN_GATHER_FROM, luong_loop.step_source = 1, lambda *args: None
+        kept = [(module, name, getattr(module, name)) for module, name, _ in settings]
+        for module, name, value in settings:
+            setattr(module, name, value)
         try:
             return update()
         finally:
-            attention.TRAIN_GATHER_FROM, luong_loop.step_source = kept
+            for module, name, value in kept:
+                setattr(module, name, value)
 
     return run
+
+
+def gathering(update):
+    """``update`` run on the plain path with attention.TRAIN_GATHER_FROM = 1 (the loop's
+    ``step_source`` gives no fused step)."""
+    from luong_plugin.modules import attention, luong_loop
+
+    return with_settings(update, (attention, "TRAIN_GATHER_FROM", 1),
+                         (luong_loop, "step_source", lambda *args: None))  # fmt: skip
 
 
 def eq9_in_loop_dtype(update):
-    """``update`` with luong_loop.POSITION_FP32_ON_CPU off, restored after each call."""
+    """``update`` with luong_loop.POSITION_FP32_ON_CPU off."""
     from luong_plugin.modules import luong_loop
 
-    def run():
-        kept = luong_loop.POSITION_FP32_ON_CPU
-        luong_loop.POSITION_FP32_ON_CPU = False
-        try:
-            return update()
-        finally:
-            luong_loop.POSITION_FP32_ON_CPU = kept
-
-    return run
+    return with_settings(update, (luong_loop, "POSITION_FP32_ON_CPU", False))
 
 
 def languages(data: str):
