@@ -30,13 +30,13 @@ from experiments.harness import REPO, describe_commit, parse_log
 RESULTS = harness.results_dir("compare")
 
 
-def result_path(name: str, seed: int) -> str:
-    return harness.result_path(RESULTS, name, seed)
+def result_path(name: str, seed: int, results: str = RESULTS) -> str:
+    return harness.result_path(results, name, seed)
 
 
-def done(name: str, seed: int, updates: int) -> bool:
+def done(name: str, seed: int, updates: int, results: str = RESULTS) -> bool:
     """Whether a result for this run, with its current options, reached ``updates``."""
-    r = harness.read_json(result_path(name, seed))
+    r = harness.read_json(result_path(name, seed, results))
     return r is not None and r["updates"] >= updates and r["options"] == RUNS[name][1]
 
 
@@ -53,7 +53,8 @@ def finished(log_path: str, updates: int) -> bool:
 def train(name: str, seed: int, args) -> dict:
     what, options = RUNS[name]
     commit = describe_commit()
-    save_dir = os.path.join(REPO, "runs", "compare", f"{name}.seed{seed}")
+    study = os.path.basename(os.path.normpath(args.results))  # compare, unless --results
+    save_dir = os.path.join(REPO, "runs", study, f"{name}.seed{seed}")
     os.makedirs(save_dir, exist_ok=True)
     cmd = [
         os.path.join(os.path.dirname(args.python), "fairseq-train"),
@@ -96,7 +97,7 @@ def train(name: str, seed: int, args) -> dict:
         "options": options,
         "commit": None if adopted else commit,  # an adopted log's run: see its train.log
     }
-    harness.write_json(result_path(name, seed), result)
+    harness.write_json(result_path(name, seed, args.results), result)
     return result
 
 
@@ -206,13 +207,21 @@ def main(argv=None):
     parser.add_argument("--data", default=harness.DATA)
     parser.add_argument("--python", default=harness.PYTHON)
     parser.add_argument("--out", default=os.path.join(REPO, "docs", "COMPARE.md"))
+    parser.add_argument(
+        "--results",
+        default=RESULTS,
+        help="folder of the runs' JSON files (COMPARE.md reads the default's)",
+    )
     parser.add_argument("--render-only", action="store_true")
     args = parser.parse_args(argv)
     if args.updates < 1 or args.jobs < 1 or args.threads < 1:
         parser.error("--updates, --jobs and --threads must be >= 1")
 
     if not args.render_only:
-        todo = [(n, s) for n in args.runs for s in args.seeds if not done(n, s, args.updates)]
+        todo = [
+            (n, s) for n in args.runs for s in args.seeds
+            if not done(n, s, args.updates, args.results)
+        ]  # fmt: skip
         print(f"{len(todo)} runs to train, {args.jobs} at once", flush=True)
 
         def one(item):

@@ -1,6 +1,7 @@
 """experiments/compare.py: reading fairseq-train logs, adopting a finished
 run, and the options every run names (a changed default must not change a run)."""
 
+import argparse
 import json
 
 import pytest
@@ -73,3 +74,24 @@ def test_trajectory_section_lists_every_variant_with_its_distance(tmp_path, monk
     assert all(row.endswith("| 0.0100 / 0.0200 / 0.0300 |") for row in rows[1:])
     monkeypatch.setattr(trajectory, "OUT", str(tmp_path / "none.json"))
     assert trajectory.table_lines() == []
+
+
+def test_results_elsewhere_keep_their_own_runs_and_logs(tmp_path, monkeypatch):
+    """``--results DIR``: a run's JSON goes to DIR and its log to runs/<DIR's name>/, so a
+    study of its own neither skips for nor overwrites docs/experiments/compare's runs."""
+    monkeypatch.setattr(compare, "REPO", str(tmp_path))
+    results = tmp_path / "docs" / "experiments" / "window_seeds"
+    name = "local-p-forward-renorm-fgb1"
+    log_dir = tmp_path / "runs" / "window_seeds" / f"{name}.seed2"
+    log_dir.mkdir(parents=True)
+    (log_dir / "train.log").write_text(LOG)  # finished: adopted, not trained
+    args = argparse.Namespace(
+        results=str(results), updates=1000, validate_every=500, save_every=0, threads=1,
+        jobs=2, python="python", data=str(tmp_path / "data"),
+    )  # fmt: skip
+    assert not compare.done(name, 2, 1000, str(results))
+    compare.train(name, 2, args)
+    written = json.loads((results / f"{name}.seed2.json").read_text())
+    assert written["valid_ppl"] == {"500": 519.4, "1000": 37.99}
+    assert compare.done(name, 2, 1000, str(results))
+    assert not compare.done(name, 2, 1000, str(tmp_path / "elsewhere"))
