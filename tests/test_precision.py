@@ -168,6 +168,15 @@ def test_eq9_products_run_in_fp32_on_a_cpu_under_bf16(monkeypatch):
         under_autocast = position_step(*args)[0]
     assert under_autocast.dtype == torch.float32 and torch.equal(under_autocast, plain)
 
+    # W_p in the loop's bf16 (CUDA's case, or POSITION_FP32_ON_CPU off), v_p fp32: h_t W_p in
+    # bf16 as autocast would, the logit v_pᵀ tanh(·) in fp32, as the fused step computes it
+    weights = loop_weights(window, torch.bfloat16)
+    args = (query, weights.W_p.weight_t, weights.v_p.weight_t, scale, weights)
+    plain = position_step(*args)[0]  # B x 1: p_t, no autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast = position_step(*args)[0]
+    assert under_autocast.dtype == torch.float32 and torch.equal(under_autocast, plain)
+
 
 def _fused(model, src, lengths, prev):
     features, _ = model.extract_features(src, lengths, prev)  # B x T x C

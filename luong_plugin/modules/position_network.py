@@ -62,10 +62,11 @@ def position_step(query: Tensor, w_p: Tensor, v_p: Tensor, scale: Tensor, weight
     ``LoopWeight``s. Returns p_t, what ``position_step_grad`` reads (tanh(W_p h_t), the
     logit, its sigmoid) and the two tape steps. Inside an autograd Function's forward."""
     x = query.to(w_p.dtype)  # B x H
-    # an fp32 W_p under autocast (the plain path of a bf16 model) keeps its products fp32:
-    # autocast would run them in bf16, casting W_p at every step
-    fp32 = w_p.dtype == torch.float32 and autocast_on(x.device.type)
-    with full_precision(x.device) if fp32 else contextlib.nullcontext():
+    # the products in their operands' dtypes, autocast or not (the plain path of a bf16 model
+    # runs under it, the fused step outside): h_t W_p in W_p's (fp32 on a CPU, bf16 on CUDA;
+    # autocast would run an fp32 W_p in bf16, casting it at every step), the logit in v_p's
+    # fp32 (autocast would run it in bf16)
+    with full_precision(x.device) if autocast_on(x.device.type) else contextlib.nullcontext():
         hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
         logit = hidden.mm(v_p)  # B x 1
     s = torch.sigmoid(logit)  # B x 1
