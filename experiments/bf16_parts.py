@@ -221,10 +221,9 @@ def table_lines() -> list:
         kept = {"bf16": "nothing", "fp32": "everything (`--precision fp32`)"}
         cells = []
         for c in checks:
-            values = [r["valid_ppl"][str(c)] for _, r in sorted(results[variant].items())
-                      if str(c) in r["valid_ppl"]]  # fmt: skip
-            each = " / ".join(f"{v:.2f}" for v in values)
-            cells.append(f"{sum(values) / len(values):.2f} ({each})" if len(values) > 1 else each)
+            values = {s: r["valid_ppl"][str(c)] for s, r in results[variant].items()
+                      if str(c) in r["valid_ppl"]}  # fmt: skip
+            cells.append(harness.seed_cell(values))
         what = kept.get(variant, ", ".join(f"`{p}`" for p in parts))
         lines.append(f"| `{variant}` | {what} | " + " | ".join(cells) + " |")
     return lines + [""]

@@ -125,15 +125,9 @@ def load_results():
     return harness.load_results(RESULTS)
 
 
-def cell(values, fmt="{:.2f}"):
-    """`mean (seed 1 / seed 2)`, or one seed's value with its seed."""
-    if not values:
-        return "not run"
-    if len(values) == 1:
-        ((seed, value),) = values.items()
-        return f"{fmt.format(value)} (seed {seed})"
-    mean = sum(values.values()) / len(values)
-    return f"{fmt.format(mean)} ({' / '.join(fmt.format(v) for _, v in sorted(values.items()))})"
+def cell(values, decimals: int = 2) -> str:
+    """`mean (seed 1 / seed 2)`, or one seed's value with its seed (``harness.seed_cell``)."""
+    return harness.seed_cell(values, decimals, empty="not run")
 
 
 def render(path: str) -> None:
@@ -173,11 +167,8 @@ def render(path: str) -> None:
         lines.append(
             f"| `{name}` | {what} | "
             + " | ".join(
-                cell({s: r[key] for s, r in mine.items()}, fmt)
-                for key, fmt in (
-                    ("updates", "{:.0f}"), ("best_valid_ppl", "{:.2f}"), ("bleu", "{:.2f}"),
-                    ("chrf", "{:.2f}"),
-                )
+                cell({s: r[key] for s, r in mine.items()}, decimals)
+                for key, decimals in (("updates", 0), ("best_valid_ppl", 2), ("bleu", 2), ("chrf", 2))
             )  # fmt: skip
             + " |"
         )

@@ -158,15 +158,7 @@ def table_lines(checkpoints=(500, 1000, 2000)) -> list:
         cells = []
         for c in checkpoints:
             values = {s: results[(name, s)]["valid_ppl"].get(str(c)) for s in seeds}
-            values = {s: v for s, v in values.items() if v is not None}
-            if not values:
-                cells.append("")
-            elif len(values) == 1:
-                ((seed, value),) = values.items()
-                cells.append(f"{value:.2f} (seed {seed})")
-            else:
-                mean = sum(values.values()) / len(values)
-                cells.append(f"{mean:.2f} ({' / '.join(f'{v:.2f}' for v in values.values())})")
+            cells.append(harness.seed_cell({s: v for s, v in values.items() if v is not None}))
         lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -45,8 +45,7 @@ DECODE = [
     "--required-batch-size-multiple", "1",  # fairseq would drop the last partial batch
     "--print-alignment", "soft",
 ]  # fmt: skip
-COLUMNS = (("updates", "{:.0f}"), ("best_valid_ppl", "{:.2f}"), ("bleu", "{:.2f}"),
-           ("chrf", "{:.2f}"))  # fmt: skip
+COLUMNS = (("updates", 0), ("best_valid_ppl", 2), ("bleu", 2), ("chrf", 2))  # key, decimals
 _render_lock = threading.Lock()  # runs finish on several threads; one page write at a time
 
 
@@ -184,7 +183,7 @@ def render(path: str = PAGE, root: str = RESULTS, title: str = TITLE, runs=MAIN_
         for name, (what, _) in RUNS.items():
             mine = {s: r for (n, s), r in results.items() if n == name}
             if mine:
-                cells = [cell({s: r[key] for s, r in mine.items()}, fmt) for key, fmt in COLUMNS]
+                cells = [cell({s: r[key] for s, r in mine.items()}, d) for key, d in COLUMNS]
                 lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
         bleu_sigs, chrf_sigs = (
             " / ".join(f"`{s}`" for s in sorted({r[key] for r in results.values()}))

@@ -146,14 +146,7 @@ def train(corpus: str, name: str, seed: int, args) -> dict:
 
 def cell(results: dict, name: str, update: int) -> str:
     values = {s: r["valid_ppl"].get(str(update)) for (n, s), r in results.items() if n == name}
-    values = {s: v for s, v in sorted(values.items()) if v is not None}
-    if not values:
-        return ""
-    if len(values) == 1:
-        ((seed, value),) = values.items()
-        return f"{value:.2f} (seed {seed})"
-    mean = sum(values.values()) / len(values)
-    return f"{mean:.2f} ({' / '.join(f'{v:.2f}' for v in values.values())})"
+    return harness.seed_cell({s: v for s, v in values.items() if v is not None})
 
 
 def render(path: str = PAGE) -> None:

@@ -15,6 +15,7 @@ import platform
 import re
 import subprocess
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from decimal import ROUND_HALF_UP, Decimal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "data", "bible_es_en")  # make demo's corpus (recipes/bible_es_en)
@@ -24,6 +25,28 @@ USER_DIR = os.path.join(REPO, "luong_plugin")
 
 VALID = re.compile(r"\| valid on 'valid' subset \|.*?\| ppl ([\d.]+) \|.*?\| num_updates (\d+)")
 WALL = re.compile(r"\bwall[= ](\d+)")
+
+
+def decimal_text(value, decimals: int = 2) -> str:
+    """``value`` (a float as its JSON has it, or a Decimal) to ``decimals`` places, ties
+    away from zero, from its shortest decimal form: 31.165 prints 31.17, where format()
+    rounds the binary float nearest it (31.16499...) down."""
+    exact = value if isinstance(value, Decimal) else Decimal(repr(value))
+    return str(exact.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
+
+
+def seed_cell(values: dict, decimals: int = 2, empty: str = "") -> str:
+    """A table cell of one run's seeds, {seed: value}: ``mean (seed 1 / seed 2 / …)``, the
+    mean exact in decimal from the values as written and rounded as ``decimal_text``; one
+    seed's ``value (seed K)``; ``empty`` for none."""
+    if not values:
+        return empty
+    if len(values) == 1:
+        ((seed, value),) = values.items()
+        return f"{decimal_text(value, decimals)} (seed {seed})"
+    exact = [Decimal(repr(v)) for _, v in sorted(values.items())]
+    each = " / ".join(decimal_text(v, decimals) for v in exact)
+    return f"{decimal_text(sum(exact) / len(exact), decimals)} ({each})"
 
 
 def results_dir(study: str) -> str:

@@ -8,6 +8,7 @@ listed as still to run, so a partly finished ladder renders an honest page.
 import os
 from typing import Dict, NamedTuple
 
+from experiments.harness import seed_cell
 from experiments.ladder_rows import (
     BAHDANAU,
     ENSEMBLE,
@@ -111,15 +112,8 @@ def values(results, name, key="tokenized_bleu", variant="plain"):
 
 
 def cell(vals, digits=2):
-    """``mean (seed 1 / seed 2)``, one seed's value with its seed, or –."""
-    if not vals:
-        return "–"
-    f = f"{{:.{digits}f}}"
-    if len(vals) == 1:
-        ((seed, v),) = vals.items()
-        return f"{f.format(v)} (seed {seed})"
-    mean = sum(vals.values()) / len(vals)
-    return f"{f.format(mean)} ({' / '.join(f.format(v) for v in vals.values())})"
+    """``mean (seed 1 / seed 2)``, one seed's value with its seed, or – (``harness.seed_cell``)."""
+    return seed_cell(vals, digits, empty="–")
 
 
 def step_cells(before, after):

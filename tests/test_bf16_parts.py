@@ -108,5 +108,5 @@ def test_section_gives_both_seeds_of_each_variant_run(tmp_path, monkeypatch):
     rows = [line for line in bf16_parts.table_lines() if line.startswith("| `")]
     assert rows == [
         "| `bf16` | nothing | 140.00 (140.00 / 140.00) | 63.01 (69.90 / 56.12) |",
-        "| `loop` | `gates_x`, `gates`, `combine` | 140.00 | 67.11 |",
+        "| `loop` | `gates_x`, `gates`, `combine` | 140.00 (seed 1) | 67.11 (seed 1) |",
     ]

@@ -95,3 +95,18 @@ def test_results_elsewhere_keep_their_own_runs_and_logs(tmp_path, monkeypatch):
     assert written["valid_ppl"] == {"500": 519.4, "1000": 37.99}
     assert compare.done(name, 2, 1000, str(results))
     assert not compare.done(name, 2, 1000, str(tmp_path / "elsewhere"))
+
+
+@pytest.mark.parametrize(
+    "values, decimals, cell",
+    [
+        ({1: 31.02, 2: 31.31}, 2, "31.17 (31.02 / 31.31)"),  # 31.165: format() gives 31.16
+        ({2: 5894, 1: 5613}, 0, "5754 (5613 / 5894)"),  # 5753.5, seeds in order
+        ({1: 5563, 2: 6234}, 0, "5899 (5563 / 6234)"),
+        ({1: 8.44, 2: 8.29, 3: 8.3, 4: 8.1}, 2, "8.28 (8.44 / 8.29 / 8.30 / 8.10)"),  # 8.2825
+        ({2: 10.125}, 2, "10.13 (seed 2)"),
+        ({}, 2, ""),
+    ],
+)
+def test_a_seed_cell_rounds_the_exact_mean_half_up(values, decimals, cell):
+    assert harness.seed_cell(values, decimals) == cell
