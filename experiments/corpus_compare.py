@@ -165,7 +165,8 @@ def render(path: str = PAGE) -> None:
         "`bible_es_en` is make demo's own corpus, trained here in this harness so that a setting",
         "compares on both corpora alike (COMPARE.md's Bible runs came through another driver).",
         "How each corpus is built and its lengths: its recipe's README. The same configurations at",
-        "equal wall time, with BLEU and chrF2 on the test split: [CORPUS_BUDGET.md](CORPUS_BUDGET.md).",
+        "equal wall time, with BLEU and chrF2 on the test split: [CORPUS_BUDGET.md](CORPUS_BUDGET.md);",
+        "D = 28 with sigma 14 at equal time: [CORPUS_BUDGET_D28.md](CORPUS_BUDGET_D28.md).",
     ]
     for corpus, (recipe, *_) in CORPORA.items():
         results = harness.load_results(results_dir(corpus))

@@ -62,10 +62,11 @@ class LoopOutput(NamedTuple):
         )
 
 
-# Eq. (9)'s products (h_t W_p, then v_p) on a CPU in fp32 even under bf16: their B x H rows
-# are too few for bf16 to pay, and in bf16 each step adds four casts (the query, tanh's
-# output, and both again in backward). bench/by_length.py times local-p's update both ways
-# (docs/LOCAL_P.md, "By source length"). False: the loop's product dtype, as on CUDA.
+# Eq. (9)'s first product, h_t W_p, on a CPU in fp32 even under bf16 (the one with v_p is fp32
+# always): its B x H rows are too few for bf16 to pay, and in bf16 each step adds four casts
+# (the query, tanh's output, and both again in backward). bench/by_length.py times local-p's
+# update both ways (docs/LOCAL_P.md, "By source length"). False: the loop's product dtype,
+# as on CUDA.
 POSITION_FP32_ON_CPU = True
 
 
