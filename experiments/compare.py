@@ -14,7 +14,8 @@ update, updates per second, the options); a run whose JSON exists is skipped,
 so an interrupted table resumes where it stopped. ``--jobs 2`` trains two
 runs at once on one thread each (faster on 2 cores than one run of two
 threads); ``docs/COMPARE.md`` is rendered from the JSON files after every run
-(compare_page.py).
+(compare_page.py). ``--results DIR`` keeps a study of its own apart: its JSON files in
+DIR, its logs in ``runs/<DIR's name>/``, and COMPARE.md left as it is.
 """
 
 import argparse
@@ -208,6 +209,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.updates < 1 or args.jobs < 1 or args.threads < 1:
         parser.error("--updates, --jobs and --threads must be >= 1")
+    # COMPARE.md reads the default folder: a study kept elsewhere leaves it as it is
+    own_page = os.path.abspath(args.results) == os.path.abspath(RESULTS)
 
     if not args.render_only:
         todo = [
@@ -220,15 +223,17 @@ def main(argv=None):
             name, seed = item
             start = time.time()
             r = train(name, seed, args)
-            harness.render_compare_page(args.python, args.out)
+            if own_page:
+                harness.render_compare_page(args.python, args.out)
             last = r["valid_ppl"][str(args.updates)]
             print(f"done {name} seed {seed}: ppl {last} in {time.time() - start:.0f} s", flush=True)
 
         with ThreadPoolExecutor(args.jobs) as pool:
             for _ in pool.map(one, todo):
                 pass
-    harness.render_compare_page(args.python, args.out)
-    print(f"wrote {args.out}")
+    if own_page:
+        harness.render_compare_page(args.python, args.out)
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def decimal_text(value, decimals: int = 2) -> str:
     """``value`` (a float as its JSON has it, or a Decimal) to ``decimals`` places, ties
     away from zero, from its shortest decimal form: 31.165 prints 31.17, where format()
     rounds the binary float nearest it (31.16499...) down."""
-    exact = value if isinstance(value, Decimal) else Decimal(repr(value))
+    exact = value if isinstance(value, Decimal) else Decimal(str(value))
     return str(exact.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
 
 
@@ -44,7 +44,7 @@ def seed_cell(values: dict, decimals: int = 2, empty: str = "") -> str:
     if len(values) == 1:
         ((seed, value),) = values.items()
         return f"{decimal_text(value, decimals)} (seed {seed})"
-    exact = [Decimal(repr(v)) for _, v in sorted(values.items())]
+    exact = [Decimal(str(v)) for _, v in sorted(values.items())]
     each = " / ".join(decimal_text(v, decimals) for v in exact)
     return f"{decimal_text(sum(exact) / len(exact), decimals)} ({each})"
 

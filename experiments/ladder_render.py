@@ -6,9 +6,10 @@ listed as still to run, so a partly finished ladder renders an honest page.
 """
 
 import os
+from decimal import Decimal
 from typing import Dict, NamedTuple
 
-from experiments.harness import seed_cell
+from experiments.harness import decimal_text, seed_cell
 from experiments.ladder_rows import (
     BAHDANAU,
     ENSEMBLE,
@@ -31,7 +32,7 @@ from experiments.ladder_train import ensemble_options, options, read_json, same_
 
 
 class Step(NamedTuple):
-    gain: float  # mean after - mean before
+    gain: Decimal  # mean after - mean before, exact
     spread_before: float  # max - min over the seeds of the row before
     spread_after: float
     verdict: str  # one of VERDICTS
@@ -65,7 +66,8 @@ def step(before: Dict[int, float], after: Dict[int, float]) -> Step:
         verdict = "reversed"
     else:
         verdict = "within spread"
-    return Step(gain / (100 * nb * na), (max(b) - min(b)) / 100, (max(a) - min(a)) / 100, verdict)
+    exact = Decimal(gain) / (100 * nb * na)
+    return Step(exact, (max(b) - min(b)) / 100, (max(a) - min(a)) / 100, verdict)
 
 
 # ---------------------------------------------------------------------- the results
@@ -120,10 +122,11 @@ def step_cells(before, after):
     if not before or not after:
         return ["", ""]
     s = step(before, after)
+    gain = ("+" if s.gain >= 0 else "") + decimal_text(s.gain)  # half up, as the cells
     if s.verdict == "needs two seeds":
-        return [f"{s.gain:+.2f}", VERDICTS[s.verdict]]
+        return [gain, VERDICTS[s.verdict]]
     spread = f"{s.spread_before:.2f} / {s.spread_after:.2f}"
-    return [f"{s.gain:+.2f} (spreads {spread})", VERDICTS[s.verdict]]
+    return [f"{gain} (spreads {spread})", VERDICTS[s.verdict]]
 
 
 # ------------------------------------------------------------------------- tables

@@ -39,7 +39,7 @@ from experiments.ladder_rows import ENSEMBLE, MEMBERS, NAMES, ROWS, TABLE1
 def test_spread_rule(before, after, verdict, gain, spreads):
     step = ladder_render.step(before, after)
     assert step.verdict == verdict
-    assert step.gain == pytest.approx(gain, abs=1e-4)
+    assert float(step.gain) == pytest.approx(gain, abs=1e-4)
     assert (step.spread_before, step.spread_after) == pytest.approx(spreads)
 
 

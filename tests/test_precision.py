@@ -131,9 +131,10 @@ def test_bf16_gradients_close_to_fp32(options, device):
 def test_eq9_products_run_in_fp32_on_a_cpu_under_bf16(monkeypatch):
     """Local-p's eq. (9) in the training loop multiplies in fp32 on a CPU under bf16
     (``luong_loop.position_dtype``), in the loop's bf16 with ``POSITION_FP32_ON_CPU``
-    off, while the loop's product dtype stays bf16; and fp32 weights keep eq. (9)'s
-    products fp32 under autocast (the plain path's ``PositionStep``): p_t equal to the
-    one computed without autocast."""
+    off, while the loop's product dtype stays bf16; and under autocast (the plain path's
+    ``PositionStep``) eq. (9)'s products keep their operands' dtypes, p_t equal to the one
+    computed without autocast: fp32 weights stay fp32, and with a bf16 W_p (CUDA's case) the
+    logit stays fp32."""
     from luong_plugin.modules import luong_loop
     from luong_plugin.modules.position_network import position_step
     from luong_plugin.modules.windows import LocalPredictiveWindow

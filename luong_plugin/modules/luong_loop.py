@@ -71,8 +71,9 @@ POSITION_FP32_ON_CPU = True
 
 
 def position_dtype(like: Tensor) -> torch.dtype:
-    """The dtype of eq. (9)'s products in the loop: fp32 at least on a CPU (with
-    ``POSITION_FP32_ON_CPU``), else the loop's product dtype (bf16 under autocast)."""
+    """The dtype of eq. (9)'s h_t W_p in the loop (W_p's, as ``loop_weights`` casts it; v_p
+    is fp32 at least): fp32 at least on a CPU (with ``POSITION_FP32_ON_CPU``), else the
+    loop's product dtype (bf16 under autocast)."""
     dtype = product_dtype(like)
     if POSITION_FP32_ON_CPU and like.device.type == "cpu":
         return at_least_fp32(dtype)

@@ -63,7 +63,7 @@ def position_step(query: Tensor, w_p: Tensor, v_p: Tensor, scale: Tensor, weight
     logit, its sigmoid) and the two tape steps. Inside an autograd Function's forward."""
     x = query.to(w_p.dtype)  # B x H
     # the products in their operands' dtypes, autocast or not (the plain path of a bf16 model
-    # runs under it, the fused step outside): h_t W_p in W_p's (fp32 on a CPU, bf16 on CUDA;
+    # runs under it, the fused step outside): h_t W_p in W_p's (luong_loop.position_dtype;
     # autocast would run an fp32 W_p in bf16, casting it at every step), the logit in v_p's
     # fp32 (autocast would run it in bf16)
     with full_precision(x.device) if autocast_on(x.device.type) else contextlib.nullcontext():

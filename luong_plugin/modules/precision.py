@@ -19,8 +19,9 @@ accumulation, while these stay fp32:
   all equal (tests/test_bf16_parts.py), its own LSTM with bf16 products and an
   fp32 state for other packed batches;
 - local-p's p_t (eq. 9) and local-m's centre, which index positions up to S:
-  bf16's 8-bit mantissa would move them by several positions beyond 256; on a
-  CPU, eq. (9)'s products too in the training loop (``luong_loop.position_dtype``);
+  bf16's 8-bit mantissa would move them by several positions beyond 256; eq.
+  (9)'s logit v_pᵀ tanh(·) in the training loop on every device, and on a CPU
+  its h_t W_p too (``luong_loop.position_dtype``);
 - the attention of one decoding step (T = 1 in the per-step loop), whose
   B x 1 x S products are too small for bf16 to pay (docs/SPEED.md, "Mixed
   precision"), so it runs in fp32 when the encoder's
