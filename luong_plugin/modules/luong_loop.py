@@ -37,7 +37,7 @@ from torch import Tensor
 
 from .attention_step import step_source
 from .loop_weight import LoopWeight
-from .precision import at_least_fp32, autocast_on, full_precision, product_dtype
+from .precision import at_least_fp32, outside_autocast, product_dtype
 
 
 class LoopOutput(NamedTuple):
@@ -112,10 +112,8 @@ def fused_lstm_cell(gates_in: Tensor, gates_h: Tensor, c: Tensor):
     c_t and h_t, in fp32 at least (outside autocast, which would make c_t half)."""
     dtype = at_least_fp32(torch.promote_types(gates_h.dtype, c.dtype))
     gates_in, gates_h, c = gates_in.to(dtype), gates_h.to(dtype), c.to(dtype)
-    if not autocast_on(c.device.type):  # no context to enter and leave at every step
+    with outside_autocast(c.device):
         return torch.ops.aten._thnn_fused_lstm_cell(gates_in, gates_h, c)[:2]  # B x H each
-    with full_precision(c.device):
-        return torch.ops.aten._thnn_fused_lstm_cell(gates_in, gates_h, c)[:2]
 
 
 def input_gates(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:

@@ -13,13 +13,11 @@ windows.py's.
 Shape legend: B batch, T target len, S source len (padded), W window width, H query dim.
 """
 
-import contextlib
-
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .precision import autocast_on, full_precision
+from .precision import outside_autocast
 
 
 def logit_gradient(grad: Tensor, logit: Tensor, s: Tensor, scale: Tensor, bound: float):
@@ -66,7 +64,7 @@ def position_step(query: Tensor, w_p: Tensor, v_p: Tensor, scale: Tensor, weight
     # runs under it, the fused step outside): h_t W_p in W_p's (luong_loop.position_dtype;
     # autocast would run an fp32 W_p in bf16, casting it at every step), the logit in v_p's
     # fp32 (autocast would run it in bf16)
-    with full_precision(x.device) if autocast_on(x.device.type) else contextlib.nullcontext():
+    with outside_autocast(x.device):
         hidden = torch.tanh(x.mm(w_p)).to(v_p.dtype)  # B x H: tanh(W_p h_t)
         logit = hidden.mm(v_p)  # B x 1
     s = torch.sigmoid(logit)  # B x 1

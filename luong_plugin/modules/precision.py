@@ -185,6 +185,12 @@ def full_precision(device: torch.device):
     return torch.autocast(device.type, enabled=False)
 
 
+def outside_autocast(device: torch.device):
+    """``full_precision`` where autocast is on, else nothing: for work inside the decoder's
+    per-step loop, which then enters and leaves no context at every step."""
+    return full_precision(device) if autocast_on(device.type) else contextlib.nullcontext()
+
+
 def step_attention_precision(query: Tensor, values: Tensor, weight: Optional[Tensor] = None):
     """fp32 for the attention of one step (query B x 1 x H) under bf16 autocast,
     when the query and the values are fp32 already: its B x 1 x S products run
