@@ -35,6 +35,13 @@ def decimal_text(value, decimals: int = 2) -> str:
     return str(exact.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP))
 
 
+def exact_mean(values) -> Decimal:
+    """The mean of ``values`` (floats as their JSON has them) in decimal, exact for two or
+    four seeds."""
+    exact = [Decimal(str(v)) for v in values]
+    return sum(exact) / len(exact)
+
+
 def seed_cell(values: dict, decimals: int = 2, empty: str = "") -> str:
     """A table cell of one run's seeds, {seed: value}: ``mean (seed 1 / seed 2 / …)``, the
     mean exact in decimal from the values as written and rounded as ``decimal_text``; one
@@ -44,9 +51,8 @@ def seed_cell(values: dict, decimals: int = 2, empty: str = "") -> str:
     if len(values) == 1:
         ((seed, value),) = values.items()
         return f"{decimal_text(value, decimals)} (seed {seed})"
-    exact = [Decimal(str(v)) for _, v in sorted(values.items())]
-    each = " / ".join(decimal_text(v, decimals) for v in exact)
-    return f"{decimal_text(sum(exact) / len(exact), decimals)} ({each})"
+    each = " / ".join(decimal_text(v, decimals) for _, v in sorted(values.items()))
+    return f"{decimal_text(exact_mean(values.values()), decimals)} ({each})"
 
 
 def results_dir(study: str) -> str:

@@ -13,11 +13,10 @@ is of presence: a number found elsewhere in the cited data passes too.
 import json
 import os
 import re
-from decimal import Decimal
 
 import pytest
 
-from experiments.harness import decimal_text
+from experiments.harness import decimal_text, exact_mean
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO, "README.md")
@@ -101,7 +100,7 @@ def data_values(files: list) -> tuple:
         if len(seeds) > 1:
             for key in set.intersection(*(set(s) for s in seeds)):
                 # exact in decimal, as the pages' renderers take it (harness.seed_cell)
-                values.append(sum(Decimal(repr(s[key])) for s in seeds) / len(seeds))
+                values.append(exact_mean(s[key] for s in seeds))
     return printed, values
 
 
