@@ -55,6 +55,7 @@ GATHERED = "local-p gathered"
 # local-p's update with eq. (9)'s products in the loop's product dtype (bf16 under
 # --precision bf16), as before they ran in fp32 on a CPU (luong_loop.POSITION_FP32_ON_CPU)
 EQ9_BF16 = "local-p eq9 bf16"
+RATIOS = (*LOCAL, GATHERED, EQ9_BF16)  # the training rows given as ratios to global
 
 
 def with_settings(update, *settings):
@@ -206,13 +207,13 @@ def main(argv=None):
             row[f"{name} train tok/s"] = batch * length / seconds[f"{name} train"]
             if name in MODELS:
                 row[f"{name} beam sent/s"] = args.decode_sentences / seconds[f"{name} beam"]
-        for name in (*LOCAL, GATHERED, EQ9_BF16):
+        for name in RATIOS:
             row[f"{name} train ratio"] = row[f"{name} train tok/s"] / row["global train tok/s"]
             if name in LOCAL:
                 row[f"{name} beam ratio"] = row[f"{name} beam sent/s"] / row["global beam sent/s"]
         rows.append(row)
         print(f"L = {length}: training " + ", ".join(
-            f"{name} {row[f'{name} train ratio']:.2f}x" for name in (*LOCAL, GATHERED, EQ9_BF16)
+            f"{name} {row[f'{name} train ratio']:.2f}x" for name in RATIOS
         ) + "; beam " + ", ".join(f"{name} {row[f'{name} beam ratio']:.2f}x" for name in LOCAL),
             file=sys.stderr, flush=True)  # fmt: skip
     lines = [
@@ -226,7 +227,7 @@ def main(argv=None):
     for r in rows:
         lines.append(
             f"| {r['length']} | {r['batch']} | {r['global train tok/s']:,.0f} | "
-            + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in (*LOCAL, GATHERED, EQ9_BF16))
+            + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in RATIOS)
             + f" | {r['global beam sent/s']:.1f} | "
             + " | ".join(f"{r[f'{n} beam ratio']:.2f}x" for n in LOCAL)
             + " |"
