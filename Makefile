@@ -74,8 +74,10 @@ ladder: setup sword
 	recipes/with_tcmalloc $(PY) -m experiments.ladder
 
 # Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
+# the page, docs/BENCHMARKS.md, and the run's results beside the other data behind the docs
 bench: setup sword
-	recipes/with_tcmalloc $(PY) bench/run.py
+	recipes/with_tcmalloc $(PY) bench/run.py \
+		--json docs/experiments/bench/make_bench_$$(git rev-parse --short HEAD).json
 
 clean:
 	rm -rf $(VENV) data data-bin checkpoints runs

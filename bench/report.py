@@ -55,6 +55,22 @@ def kept_section(old_page: str) -> str:
     return old_page[start:] if start >= 0 else ""
 
 
+def from_json(r):
+    """The results as run.py made them, from their JSON: the tables keyed by a length (the
+    attention sections' S and target lengths) get their int keys back, which JSON wrote as
+    strings, so that their rows come in numeric order as in the run's own page."""
+    if isinstance(r, dict):
+        return {int(k) if k.isdigit() else k: from_json(v) for k, v in r.items()}
+    if isinstance(r, list):
+        return [from_json(v) for v in r]
+    return r
+
+
+def page(r: dict, old_page: str = "") -> str:
+    """BENCHMARKS.md for the results ``r``, keeping the GPU section of ``old_page``."""
+    return markdown(r).rstrip("\n") + "\n" + kept_section(old_page)
+
+
 def markdown(r: dict) -> str:
     m = r["machine"]
     d = r["dims"]

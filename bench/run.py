@@ -2,6 +2,7 @@
 
     python bench/run.py                 # the full run, writes docs/BENCHMARKS.md
     python bench/run.py --quick --out /tmp/b.md --data DIR   # a smoke test (seconds)
+    python bench/run.py --render-only --json FILE              # the page again from a run's JSON
 
 Measures, with every system interleaved round by round on the same batches:
 training target tokens/s (and the ratio to fairseq ``lstm``), beam-5 generation
@@ -77,11 +78,18 @@ def parse_args(argv=None):
         "--max-tokens", type=int, default=None, help="batch size (default 4000; quick 400)"
     )
     p.add_argument("--json", default=None, help="also write the raw results as JSON here")
+    p.add_argument(
+        "--render-only",
+        action="store_true",
+        help="measure nothing: write --out from the results in --json (a run's own JSON)",
+    )
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--malloc-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads must be a positive integer, got {args.threads}")
+    if args.render_only and not args.json:
+        p.error("--render-only needs --json FILE: the results of a run to render")
     if args.rounds is not None and args.rounds < 1:
         p.error(f"--rounds must be a positive integer, got {args.rounds}")
     args.rounds = args.rounds or (1 if args.quick else 5)
@@ -149,12 +157,29 @@ def machine(threads: int) -> dict:
     }
 
 
+def write_page(results: dict, out: str) -> None:
+    """Write the report to ``out``, keeping the GPU section of the page there (bench/gpu.py's)."""
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    old = ""
+    if os.path.exists(out):
+        with open(out) as f:
+            old = f.read()
+    with open(out, "w") as f:
+        f.write(report.page(results, old))
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.memory_child:
         return memory_child(args)
     if args.malloc_child:
         return malloc_child(args)
+    if args.render_only:
+        with open(args.json) as f:
+            results = report.from_json(json.load(f))
+        write_page(results, args.out)
+        print(f"[bench] wrote {args.out} from {args.json}")
+        return
 
     import torch
 
@@ -295,13 +320,7 @@ def main(argv=None):
             entry["utilisation"] = entry["flop_s"] / results["gemm"]["flops"]
     results["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results["minutes"] = (time.time() - started) / 60
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    kept = ""
-    if os.path.exists(args.out):  # the GPU section is bench/gpu.py's: kept as it is
-        with open(args.out) as f:
-            kept = report.kept_section(f.read())
-    with open(args.out, "w") as f:
-        f.write(report.markdown(results).rstrip("\n") + "\n" + kept)
+    write_page(results, args.out)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

@@ -152,6 +152,44 @@ def test_make_bench_keeps_the_gpu_section_of_the_page():
     assert report.kept_section("# Benchmarks\n\n## Training throughput\n") == ""
 
 
+def test_benchmarks_page_is_what_its_json_renders(tmp_path):
+    """docs/BENCHMARKS.md names the JSON of its run in its command line, and rendering that
+    JSON (``bench/run.py --render-only``) gives the page back byte for byte: no figure on the
+    page is edited by hand, and the length-keyed tables come back in numeric order (JSON
+    keeps their keys as strings: 100, 1000, 200 ... unless restored)."""
+    import re
+
+    _gpu_module()
+    report = _bench_module("report")
+    with open(os.path.join(REPO, "docs", "BENCHMARKS.md")) as f:
+        page = f.read()
+    named = re.search(r"^- command: `python bench/run\.py [^`]*--json (docs/\S+\.json)", page, re.M)
+    assert named, "BENCHMARKS.md's command names no --json file under docs/"
+    with open(os.path.join(REPO, named.group(1))) as f:
+        raw = json.load(f)
+    assert report.page(report.from_json(raw), page) == page
+    # the same through the command line, into a copy of the page
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(page)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--render-only",
+         "--json", os.path.join(REPO, named.group(1)), "--out", str(out)],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_text() == page
+    # without the restored keys the attention table's lengths would sort as strings
+    assert report.markdown(raw) != report.markdown(report.from_json(raw))
+
+
+def test_render_only_needs_the_results():
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--render-only"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--render-only needs --json FILE" in proc.stderr
+
+
 def test_gpu_failure_line_is_the_error_not_the_traceback_tail():
     gpu = _gpu_module()
     log = "Traceback (most recent call last):\n  File x\nRuntimeError: mat1 and mat2\n\nsome log\n"
