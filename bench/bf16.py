@@ -163,7 +163,7 @@ def markdown(r: dict) -> list:
     if gen:
         out += [
             "",
-            "Beam-5 generation (as in the section \"Beam-5 generation\" below):",
+            'Beam-5 generation (as in the section "Beam-5 generation" below):',
             "",
             "| system | sentences/s | vs its fp32 run | tokens generated |",
             "|---|---:|---:|---:|",
