@@ -90,6 +90,8 @@ def parse_args(argv=None):
         p.error(f"--threads must be a positive integer, got {args.threads}")
     if args.render_only and not args.json:
         p.error("--render-only needs --json FILE: the results of a run to render")
+    if args.render_only and not os.path.isfile(args.json):
+        p.error(f"--json {args.json}: no such file (--render-only renders a run's results)")
     if args.rounds is not None and args.rounds < 1:
         p.error(f"--rounds must be a positive integer, got {args.rounds}")
     args.rounds = args.rounds or (1 if args.quick else 5)
@@ -320,10 +322,11 @@ def main(argv=None):
             entry["utilisation"] = entry["flop_s"] / results["gemm"]["flops"]
     results["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results["minutes"] = (time.time() - started) / 60
-    write_page(results, args.out)
-    if args.json:
+    if args.json:  # first, so that the page never names a results file a failure left unwritten
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)
+    write_page(results, args.out)
     log(f"wrote {args.out} in {results['minutes']:.1f} min")
     print(report.summary(results))
 

@@ -188,6 +188,13 @@ def test_render_only_needs_the_results():
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 2 and "--render-only needs --json FILE" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--render-only",
+         "--json", "no/such/results.json"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--json no/such/results.json: no such file" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_gpu_failure_line_is_the_error_not_the_traceback_tail():
