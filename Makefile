@@ -73,8 +73,8 @@ ladder: setup sword
 	bash recipes/bible_es_en/prepare.sh
 	recipes/with_tcmalloc $(PY) -m experiments.ladder
 
-# Benchmarks against fairseq's own lstm (~10 min on 2 cores): writes docs/BENCHMARKS.md.
-# the page, docs/BENCHMARKS.md, and the run's results beside the other data behind the docs
+# Benchmarks against fairseq's own lstm (~12 min on 2 cores): writes docs/BENCHMARKS.md and the
+# run's results beside the other data behind the docs (docs/experiments/bench/)
 bench: setup sword
 	recipes/with_tcmalloc $(PY) bench/run.py \
 		--json docs/experiments/bench/make_bench_$$(git rev-parse --short HEAD).json
