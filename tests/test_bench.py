@@ -10,28 +10,19 @@ import pytest
 from conftest import REPO
 
 
+def _bench_run(*args, env=None):
+    """``bench/run.py ARGS`` in a child process from the repository root, output captured."""
+    cmd = [sys.executable, os.path.join(REPO, "bench", "run.py"), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+
+
 @pytest.mark.slow
 def test_bench_quick_mode_writes_a_report(bible, tmp_path):
     out, raw = tmp_path / "BENCHMARKS.md", tmp_path / "bench.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(REPO, "bench", "run.py"),
-            "--quick",
-            "--threads",
-            "1",
-            "--data",
-            str(bible),
-            "--out",
-            str(out),
-            "--json",
-            str(raw),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+    proc = _bench_run(
+        "--quick", "--threads", "1", "--data", bible, "--out", out, "--json", raw,
         env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(raw.read_text())
     for section in ("train", "generate", "memory", "attention", "attention_train", "profile", "flops",
@@ -171,11 +162,7 @@ def test_benchmarks_page_is_what_its_json_renders(tmp_path):
     # the same through the command line, into a copy of the page
     out = tmp_path / "BENCHMARKS.md"
     out.write_text(page)
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--render-only",
-         "--json", os.path.join(REPO, named.group(1)), "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
+    proc = _bench_run("--render-only", "--json", os.path.join(REPO, named.group(1)), "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out.read_text() == page
     # without the restored keys the attention table's lengths would sort as strings
@@ -183,16 +170,9 @@ def test_benchmarks_page_is_what_its_json_renders(tmp_path):
 
 
 def test_render_only_needs_the_results():
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--render-only"],
-        capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
+    proc = _bench_run("--render-only")
     assert proc.returncode == 2 and "--render-only needs --json FILE" in proc.stderr
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "bench", "run.py"), "--render-only",
-         "--json", "no/such/results.json"],
-        capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
+    proc = _bench_run("--render-only", "--json", "no/such/results.json")
     assert proc.returncode == 2 and "--json no/such/results.json: no such file" in proc.stderr
     assert "Traceback" not in proc.stderr
 
