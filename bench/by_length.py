@@ -11,10 +11,14 @@ whose targets have ``L`` pieces too, for each ``L``:
 
 - training: target tokens/s of an update (forward, backward, clip, Adam) through the
   criterion, as fairseq's trainer calls it (a step's attention is the fused node of
-  attention_step.py, over every position); local-p also on the plain path with the
-  gathered window from one window of source on (``local-p gathered``), and with eq. (9)'s
-  products in the loop's product dtype instead of fp32 (``local-p eq9 bf16``: bf16 under
-  ``--precision bf16``, as they ran on a CPU before ``luong_loop.POSITION_FP32_ON_CPU``);
+  attention_step.py, which gathers a local window's keys and values from
+  ``attention_step.GATHER_FROM`` windows of source on); local-p also with one setting changed
+  (``--variants``): the node scoring every position at every length (``local-p fused
+  scored``, as before the gathered form) or gathering from one window of source on
+  (``local-p fused gathered``), both by default; the plain path, without the fused node,
+  gathering from one window on (``local-p gathered``); eq. (9)'s products in the loop's
+  product dtype instead of fp32 (``local-p eq9 bf16``: bf16 under ``--precision bf16``, as
+  they ran on a CPU before ``luong_loop.POSITION_FP32_ON_CPU``);
 - decoding: beam-5 sentences/s of fairseq's SequenceGenerator with every hypothesis
   forced to ``L`` tokens (``min_len`` = ``max_len``), so every model decodes as many steps.
 
@@ -48,14 +52,6 @@ MODELS = {
     "global": ["--arch", "luong_recommended_global"],
 }  # fmt: skip
 LOCAL = ("local-p", "local-m")  # each timed against global
-# local-p's update again on the plain path (no fused step, attention_step.py) with the
-# gathered window from one window of source on (attention.TRAIN_GATHER_FROM = 1), where
-# the fused step scores every position at every length
-GATHERED = "local-p gathered"
-# local-p's update with eq. (9)'s products in the loop's product dtype (bf16 under
-# --precision bf16), as before they ran in fp32 on a CPU (luong_loop.POSITION_FP32_ON_CPU)
-EQ9_BF16 = "local-p eq9 bf16"
-RATIOS = (*LOCAL, GATHERED, EQ9_BF16)  # the training rows given as ratios to global
 
 
 def with_settings(update, *settings):
@@ -75,20 +71,48 @@ def with_settings(update, *settings):
     return run
 
 
-def gathering(update):
-    """``update`` run on the plain path with attention.TRAIN_GATHER_FROM = 1 (the loop's
-    ``step_source`` gives no fused step)."""
+def attention_step_setting(name: str, value):
+    """``update`` -> ``update`` run with ``attention_step.<name>`` = ``value``."""
+
+    def wrap(update):
+        from luong_plugin.modules import attention_step
+
+        return with_settings(update, (attention_step, name, value))
+
+    return wrap
+
+
+def luong_loop_setting(name: str, value):
+    """``update`` -> ``update`` run with ``luong_loop.<name>`` = ``value``."""
+
+    def wrap(update):
+        from luong_plugin.modules import luong_loop
+
+        return with_settings(update, (luong_loop, name, value))
+
+    return wrap
+
+
+def plain_gathering(update):
+    """``update`` run on the plain path (the loop's ``step_source`` gives no fused step)
+    with attention.TRAIN_GATHER_FROM = 1: the window gathered from one window of source on."""
     from luong_plugin.modules import attention, luong_loop
 
     return with_settings(update, (attention, "TRAIN_GATHER_FROM", 1),
                          (luong_loop, "step_source", lambda *args: None))  # fmt: skip
 
 
-def eq9_in_loop_dtype(update):
-    """``update`` with luong_loop.POSITION_FP32_ON_CPU off."""
-    from luong_plugin.modules import luong_loop
-
-    return with_settings(update, (luong_loop, "POSITION_FP32_ON_CPU", False))
+# local-p's update again with one setting changed (``--variants``): the fused step scoring
+# every position at every length, or gathering the window from one window of source on,
+# where it gathers from attention_step.GATHER_FROM windows; the plain path (no fused step)
+# gathering from one window on; eq. (9)'s products in the loop's product dtype (bf16 under
+# --precision bf16), as before they ran in fp32 on a CPU (luong_loop.POSITION_FP32_ON_CPU)
+VARIANTS = {  # --variants name: (row, the setting)
+    "scored": ("local-p fused scored", attention_step_setting("GATHER_FROM", sys.maxsize)),
+    "gathered": ("local-p fused gathered", attention_step_setting("GATHER_FROM", 1)),
+    "plain-gathered": ("local-p gathered", plain_gathering),
+    "eq9-bf16": ("local-p eq9 bf16", luong_loop_setting("POSITION_FP32_ON_CPU", False)),
+}
 
 
 def languages(data: str):
@@ -161,9 +185,13 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", default=None, help="default: default_precision()")
+    p.add_argument("--variants", nargs="*", default=["scored", "gathered"], choices=list(VARIANTS),
+                   help="local-p's update again with one setting changed (VARIANTS)")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="two short lengths, one round")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    variants = [VARIANTS[name][0] for name in args.variants]  # their rows
+    ratios = (*LOCAL, *variants)  # the training rows given as ratios to global
     if args.quick:
         args.lengths, args.rounds, args.tokens, args.decode_sentences = [8, 40], 1, 160, 2
     if min(args.lengths) < 2 or args.rounds < 1 or args.tokens < 1:
@@ -197,23 +225,24 @@ def main(argv=None):
         jobs = {f"{name} train": measure.make_update(model, criterion, train)
                 for name, (_, model, criterion) in built.items()}  # fmt: skip
         _, model, criterion = built["local-p"]
-        jobs[f"{GATHERED} train"] = gathering(measure.make_update(model, criterion, train))
-        jobs[f"{EQ9_BF16} train"] = eq9_in_loop_dtype(measure.make_update(model, criterion, train))
+        for name in args.variants:
+            row, setting = VARIANTS[name]
+            jobs[f"{row} train"] = setting(measure.make_update(model, criterion, train))
         jobs.update({f"{name} beam": make_forced_generate(model, tgt_dict, decode, 5, length)
                      for name, (_, model, _) in built.items()})  # fmt: skip
         seconds, _ = measure.median_rounds(jobs, args.rounds)
         row = {"length": length, "batch": batch}
-        for name in (*MODELS, GATHERED, EQ9_BF16):
+        for name in (*MODELS, *variants):
             row[f"{name} train tok/s"] = batch * length / seconds[f"{name} train"]
             if name in MODELS:
                 row[f"{name} beam sent/s"] = args.decode_sentences / seconds[f"{name} beam"]
-        for name in RATIOS:
+        for name in ratios:
             row[f"{name} train ratio"] = row[f"{name} train tok/s"] / row["global train tok/s"]
             if name in LOCAL:
                 row[f"{name} beam ratio"] = row[f"{name} beam sent/s"] / row["global beam sent/s"]
         rows.append(row)
         print(f"L = {length}: training " + ", ".join(
-            f"{name} {row[f'{name} train ratio']:.2f}x" for name in RATIOS
+            f"{name} {row[f'{name} train ratio']:.2f}x" for name in ratios
         ) + "; beam " + ", ".join(f"{name} {row[f'{name} beam ratio']:.2f}x" for name in LOCAL),
             file=sys.stderr, flush=True)  # fmt: skip
     lines = [
@@ -221,13 +250,14 @@ def main(argv=None):
         f"{args.rounds} rounds, {(time.time() - started) / 60:.1f} min; ratios to global",
         "",
         "| source = target pieces | batch | training tok/s, global | local-p | local-m "
-        f"| {GATHERED} | {EQ9_BF16} | beam-5 sent/s, global | local-p | local-m |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        + "".join(f"| {name} " for name in variants)
+        + "| beam-5 sent/s, global | local-p | local-m |",
+        "|---" * (8 + len(variants)) + "|",
     ]
     for r in rows:
         lines.append(
             f"| {r['length']} | {r['batch']} | {r['global train tok/s']:,.0f} | "
-            + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in RATIOS)
+            + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in ratios)
             + f" | {r['global beam sent/s']:.1f} | "
             + " | ".join(f"{r[f'{n} beam ratio']:.2f}x" for n in LOCAL)
             + " |"

@@ -149,31 +149,41 @@ def assert_fast_loop_equals_the_paper_loop(
     on one batch, in training with the same dropout masks: every output of the loop and
     every parameter's gradient (float64: to 1e-12 and 1e-10). ``gathered``: the sources
     are long enough that the paper loop's attention (the plain path) gathers the windows,
-    while the fast loop's fused step (attention_step.py) scores every position; checked too.
+    and so does the fast loop's fused step (attention_step.py, its gathered form); checked too.
     On ``device`` (on CUDA both loops take torch's fused LSTM cell kernel: the fast one
     through luong_loop.fused_lstm_cell, the paper's through ``torch.lstm_cell``).
     Returns the paper loop's gradients."""
     from luong_plugin.modules import attention as attention_module
+    from luong_plugin.modules import attention_step, luong_loop
     from luong_plugin.modules.luong_loop import run
 
     model = spread_parameters(model).double().to(device).train()
     decoder = model.decoder
     src, lengths = (t.to(device) for t in random_batch(model.encoder.dictionary, src_lengths))
     if gathered:
-        assert src.size(1) >= attention_module.TRAIN_GATHER_FROM * decoder.attention.window.width
+        width = decoder.attention.window.width
+        assert src.size(1) >= attention_module.TRAIN_GATHER_FROM * width
+        assert src.size(1) >= attention_step.GATHER_FROM * width
     prev = random_prev_output(decoder.dictionary, len(src_lengths), steps).to(device)
-    results = []
-    for loop in (run, lambda dec, *args: dec.paper_loop(*args)):
-        model.zero_grad()
-        torch.manual_seed(3)  # the same dropout masks: both loops draw them in one order
-        encoder_out = model.encoder(src, lengths)
-        x = decoder.dropout(decoder.embed_tokens(prev))  # B x T x C
-        time = torch.arange(steps, device=device)  # T
-        out = loop(decoder, x, decoder.initial_state(encoder_out), encoder_out, time)
-        loss = decoder.output_layer(out.attn_vec).pow(2).mean() + out.cell.sum() + out.hidden.sum()
-        loss.backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        results.append((out, grads))
+    results, sources = [], []
+    step_source = luong_loop.step_source
+    luong_loop.step_source = lambda *args: sources.append(step_source(*args)) or sources[-1]
+    try:
+        for loop in (run, lambda dec, *args: dec.paper_loop(*args)):
+            model.zero_grad()
+            torch.manual_seed(3)  # the same dropout masks: both loops draw them in one order
+            encoder_out = model.encoder(src, lengths)
+            x = decoder.dropout(decoder.embed_tokens(prev))  # B x T x C
+            time = torch.arange(steps, device=device)  # T
+            out = loop(decoder, x, decoder.initial_state(encoder_out), encoder_out, time)
+            loss = decoder.output_layer(out.attn_vec).pow(2).mean()
+            (loss + out.cell.sum() + out.hidden.sum()).backward()
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            results.append((out, grads))
+    finally:
+        luong_loop.step_source = step_source
+    if gathered:  # the fast loop's fused step took its gathered form
+        assert [source.window is not None for source in sources] == [True], sources
     (fast, fast_grads), (paper, paper_grads) = results
     for field in fast._fields:
         a, b = getattr(fast, field), getattr(paper, field)

@@ -8,8 +8,10 @@ plain masked path (attention.py, windows.py, plain autograd), and where it runs.
   and every local-p option (renormalised or Luong's G, the logit bound, the detached
   query, eq. (9)'s scale, σ, the rounded centre of old checkpoints, the position
   learning rate scale).
-- Over sources long enough that the plain path gathers the windows, the node (which
-  scores every position) equals the gathered path too.
+- The node's two forms for local windows, scoring every position and gathering the
+  window's keys and values (from ``attention_step.GATHER_FROM`` windows of source on),
+  each against the plain path, for every case above; over sources long enough that the
+  plain path gathers the windows, against the plain gathered path too.
 - The decoder's training loop takes the node at every step, and takes the plain
   path where the node does not apply: other scores, frozen W_p, a query of another
   dtype, no gradient; a half encoder's
@@ -58,6 +60,8 @@ def _run(attention, fused, round_centre=False, src_lengths=LENGTHS):
     position = attention.window.loop_weights(torch.float64) if fused else None
     source = step_source(attention, proj_keys, values, lengths, position) if fused else None
     assert (source is not None) == fused
+    if fused:  # the form the test asks for
+        assert (source.window is not None) == (attention_step.GATHER_FROM == 1), "form"
     outputs, loss = [], 0.0
     for t in range(T):
         query, step = queries[:, t : t + 1], torch.arange(t, t + 1)
@@ -105,12 +109,21 @@ CASES += [
 ]
 
 
-@pytest.mark.parametrize("window,score,options,round_centre,src_lengths", CASES, ids=str)
-def test_fused_step_equals_the_plain_path(window, score, options, round_centre, src_lengths):
+FORMS = {"scored": 10**6, "gathered": 1}  # attention_step.GATHER_FROM for each of the node's forms
+CASES = [
+    case + (form,) for case in CASES for form in FORMS if form == "scored" or case[0] != "global"
+]
+
+
+@pytest.mark.parametrize("window,score,options,round_centre,src_lengths,form", CASES, ids=str)
+def test_fused_step_equals_the_plain_path(
+    window, score, options, round_centre, src_lengths, form, monkeypatch
+):
     attention = _attention(window, score, **options)
     if src_lengths is LONG:  # the plain path gathers the windows
         assert max(LONG) >= TRAIN_GATHER_FROM * attention.window.width
     plain, plain_grads = _run(attention, False, round_centre, src_lengths)
+    monkeypatch.setattr(attention_step, "GATHER_FROM", FORMS[form])
     fused, fused_grads = _run(attention, True, round_centre, src_lengths)
     for t, (got, want) in enumerate(zip(fused, plain)):
         for name, a, b in zip(("c_t", "a_t", "p_t"), got, want):
@@ -148,6 +161,17 @@ def test_the_plain_path_where_the_node_does_not_apply():
     half = step_source(local_p, proj_keys, values.bfloat16(), LEN, position)
     assert half.values.weight_t.dtype == torch.float32  # a half encoder's output: fp32 steps
     assert runs_fused(query, half)
+
+
+@pytest.mark.parametrize("window", ["global", "local-m", "local-p"])
+def test_local_windows_gather_from_gather_from_windows_of_source(window):
+    attention = LuongAttention("general", window, H, H, window_size=2)  # W = 5
+    position = attention.window.loop_weights(torch.float32)
+    shortest = attention_step.GATHER_FROM * 5
+    for S in (shortest - 1, shortest, 4 * shortest):
+        values = torch.randn(B, S, H, requires_grad=True)
+        source = step_source(attention, attention.precompute(values), values, LEN, position)
+        assert (source.window is not None) == (window != "global" and S >= shortest), S
 
 
 @pytest.mark.parametrize("window", ["global", "local-m", "local-p"])

@@ -317,7 +317,7 @@ def test_by_length_quick_compares_the_models_at_each_length(bible, tmp_path):
         assert {
             "local-p train ratio",
             "local-m beam ratio",
-            "local-p gathered train ratio",
-            "local-p eq9 bf16 train ratio",
+            "local-p fused scored train ratio",
+            "local-p fused gathered train ratio",
         } <= set(r)
     assert "| 40 |" in proc.stdout

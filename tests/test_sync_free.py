@@ -43,8 +43,8 @@ def _model(options):
     return build(options.pop("arch", "luong_tiny"), **options)
 
 
-def _training_syncs(model, target_len):
-    src, lengths, prev = batch(model, torch.device("cpu"), target_len=target_len)
+def _training_syncs(model, target_len, lengths=(9, 4, 7)):
+    src, lengths, prev = batch(model, torch.device("cpu"), lengths, target_len=target_len)
     model.train()
     with CountSyncs() as counter:
         logits, _ = model(src, lengths, prev)
@@ -67,6 +67,27 @@ def _decoding_syncs(model, target_len, lengths=(9, 4, 7)):
 def test_training_step_loop_reads_nothing_back_per_step(options):
     model = _model(options)
     assert _training_syncs(model, 3) == _training_syncs(model, 11)
+
+
+@pytest.mark.parametrize("window", ["local-m", "local-p"])
+def test_training_over_long_sources_reads_nothing_back_per_step(window, monkeypatch):
+    """Sources of several windows, where the training step gathers each window's keys and
+    values (attention_step.py's gathered form)."""
+    from luong_plugin.modules import attention_step, luong_loop
+
+    forms = []
+
+    def step_source(*args):
+        source = attention_step.step_source(*args)
+        forms.append(source.window is not None)
+        return source
+
+    monkeypatch.setattr(luong_loop, "step_source", step_source)
+    model = _model(dict(attention_window=window, attention_score="general"))
+    width = model.decoder.attention.window.width
+    lengths = (4 * width, 9, attention_step.GATHER_FROM * width)
+    assert _training_syncs(model, 3, lengths) == _training_syncs(model, 11, lengths)
+    assert forms == [True, True]  # the gathered form, in both
 
 
 @pytest.mark.parametrize("options", VARIANTS)
@@ -108,7 +129,8 @@ def test_the_count_sees_a_read_back():
 
 
 STEP_LOOP_FILES = ("luong_loop.py", "luong_decoder.py", "bahdanau_decoder.py", "gru.py",
-                   "windows.py", "attention.py", "scores.py", "loop_weight.py")  # fmt: skip
+                   "windows.py", "attention.py", "attention_step.py", "position_network.py",
+                   "scores.py", "loop_weight.py")  # fmt: skip
 
 
 def test_the_step_modules_copy_nothing_to_the_host():

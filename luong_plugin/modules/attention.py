@@ -25,8 +25,9 @@ up), so it takes the masked path while the source is shorter than
 ``TRAIN_GATHER_FROM`` windows and the gathered one beyond, never the sliced one
 (docs/BENCHMARKS.md, "Attention in training against the source length", times
 the paths against S). The decoder's training loop does not come here for the dot
-and general scores: attention_step.py computes their step, over every position,
-at any source length.
+and general scores: attention_step.py computes their step as one autograd node, over
+every position, or over each window's gathered keys and values from its own
+``GATHER_FROM`` windows of source on.
 Each path can be called directly. Either way the returned map covers the
 whole source, B x T x S.
 
@@ -51,7 +52,8 @@ GATHER_FROM = 2
 # in training: the masked path below this many windows of source, the gathered one beyond
 # (docs/LOCAL_P.md, "By source length", before the fused step: gathering was no faster than
 # masking up to 80 pieces with D = 14, ahead from 120); the training loop's dot and general
-# scores take attention_step.py's fused step instead, at every length
+# scores take attention_step.py's fused step instead, at every length, which gathers from its
+# own attention_step.GATHER_FROM
 TRAIN_GATHER_FROM = 4
 
 

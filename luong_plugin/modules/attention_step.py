@@ -19,7 +19,16 @@ per step with its backward written out:
 
 and leaves the keys' and values' gradients to ``LoopWeight``s (loop_weight.py):
 Σ_t g_tᵀ h_t and Σ_t probs_tᵀ ∂L/∂c_t, one batched product each once every step's
-gradient is known. Eq. (9) and W_p's and v_p's taped gradients are position_network.py's
+gradient is known.
+
+Local windows (local-m, local-p) over sources of ``GATHER_FROM`` windows or more take the
+node's gathered form: each step takes the W = 2D + 1 keys and values of its window by row
+(the positions around floor(p_t), clamped into the source, those outside the sentence
+excluded, as windows.py's ``span``), and scores, softmaxes, weighs and differentiates only
+those, forward and backward; the weights and the keys' step gradient are scattered back
+into B x S rows for the map and the tapes. A step then costs O(W) in its products and
+O(S) only in two zero-filled rows, where the masked form costs O(S) in four products and
+the elementwise work between them. Eq. (9) and W_p's and v_p's taped gradients are position_network.py's
 ``position_step`` and ``position_step_grad``, which ``PositionStep`` runs too.
 
 The conventions are windows.py's (p_t real-valued, the window the 2D + 1 positions
@@ -28,7 +37,8 @@ options); attention.py's masked path is the reference the tests hold this to
 (tests/test_attention_step.py), for every window and option, in float64, and so is
 the gathered path, which the plain path takes for local windows over sources of
 ``attention.TRAIN_GATHER_FROM`` windows or more. It runs at every step of the loop in
-training, whatever the source's length; other scores take the plain path. It
+training, whatever the source's length, in its gathered form from ``GATHER_FROM``
+windows on; other scores take the plain path. It
 runs in fp32 (fp64 in float64 tests) outside autocast, whatever the model's precision:
 the keys are fp32 already (the decoder's ``initial_state``), the values are cast once
 per pass, and a step's B x 1 x S products run faster in fp32 than in bf16 on a CPU
@@ -36,7 +46,7 @@ per pass, and a step's B x 1 x S products run faster in fp32 than in bf16 on a C
 region where the encoder's output is fp32 already).
 
 Shape legend: B batch, S source len (padded), H query dim (= K, the keys' dim),
-E encoder dim, T target len.
+E encoder dim, T target len, W window width 2D + 1.
 """
 
 from typing import NamedTuple, Optional
@@ -51,6 +61,10 @@ from .precision import at_least_fp32
 from .scores import _BilinearScore
 from .windows import GlobalWindow, LocalMonotonicWindow, LocalPredictiveWindow, PositionWeights
 
+# a local window's step gathers its 2D + 1 keys and values once the source is this many
+# windows long; below, it scores every position (docs/LOCAL_P.md, "By source length")
+GATHER_FROM = 3
+
 
 class StepSource(NamedTuple):
     """The keys and values one pass of the loop attends to, taped (``LoopWeight``),
@@ -60,6 +74,15 @@ class StepSource(NamedTuple):
     values: LoopWeight  # B x S x E: h̄_s
     positions: Tensor  # S: 0 .. S - 1 in the keys' dtype
     scale: Optional[Tensor]  # B x 1: eq. (9)'s S for local-p (v_p's dtype), else None
+    window: Optional["WindowRows"]  # the gathered form's rows; None: every position scored
+
+
+class WindowRows(NamedTuple):
+    """What the gathered form reads: the keys by row and where each sentence's rows start."""
+
+    keys: Tensor  # B x S x K: the keys untransposed (no graph: their gradient is the tape's)
+    offsets: Tensor  # W: -D .. D, a window's positions around its centre
+    first_row: Tensor  # B x 1: b · S, sentence b's first row of the flattened B·S rows
 
 
 def step_source(
@@ -68,8 +91,8 @@ def step_source(
     """The taped keys and values for the fused step, or None where the plain path runs:
     a score other than dot and general, local-p with eq. (9)'s weights frozen
     (``position`` None), or keys and values that take no gradient. Local windows take
-    the node at every source length: with it, the masked path trained faster than the
-    gathered one at every length measured, up to 480 pieces (docs/LOCAL_P.md)."""
+    the node at every source length, in its gathered form from ``GATHER_FROM`` windows on
+    (module docstring)."""
     window = attention.window
     if not isinstance(attention.score, _BilinearScore) or proj_keys is None:
         return None
@@ -82,12 +105,21 @@ def step_source(
     # contiguous once: a transposed view would be copied by every step's product
     keys_t = proj_keys.transpose(1, 2).contiguous()  # B x K x S
     positions = torch.arange(values.size(1), device=values.device, dtype=keys_t.dtype)  # S
-    scale = None
+    scale = rows = None
     if isinstance(window, LocalPredictiveWindow):
         scale = window.scale(src_lengths).unsqueeze(1).to(position.v_p.weight_t.dtype)  # B x 1
+    B, S = values.shape[:2]
+    if window.span is not None and S >= GATHER_FROM * window.width:
+        D = window.window_size
+        rows = WindowRows(
+            proj_keys.detach().to(keys_t.dtype).contiguous(),  # B x S x K
+            torch.arange(-D, D + 1, device=values.device),  # W
+            torch.arange(B, device=values.device).unsqueeze(1) * S,  # B x 1
+        )
     # a half encoder's output (oneDNN's bf16 LSTM, a half model) in the keys' dtype,
     # fp32 at least (the decoder's initial_state): a step's products run in fp32
-    return StepSource(LoopWeight(keys_t), LoopWeight(values.to(keys_t.dtype)), positions, scale)
+    keys, values = LoopWeight(keys_t), LoopWeight(values.to(keys_t.dtype))
+    return StepSource(keys, values, positions, scale, rows)
 
 
 def runs_fused(query: Tensor, source: StepSource) -> bool:
@@ -133,6 +165,7 @@ class _Saved(NamedTuple):
     key_step: int
     value_step: int
     position_steps: Optional[tuple]  # (W_p's, v_p's) tape steps for local-p
+    gathered: bool  # the gathered form: a, prior, distance are B x W
 
 
 class _AttentionStep(torch.autograd.Function):
@@ -146,12 +179,10 @@ class _AttentionStep(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         q = query.unsqueeze(1)  # B x 1 x H
         key_step = source.keys.record(q)
-        scores = q.bmm(keys_t).squeeze(1)  # B x S: z_t(s), eq. (8)
-        positions, scale = source.positions, source.scale  # S, B x 1
-        excluded = src_pad_mask  # B x S
+        scale, rows = source.scale, source.window  # B x 1, WindowRows
         local_p = scale is not None
         renormalize = local_p and window.renormalize
-        hidden = logit = s = distance = prior = None
+        hidden = logit = s = distance = prior = index = None
         position_steps = None
         if local_p:
             p_t, (hidden, logit, s), position_steps = position_step(
@@ -162,27 +193,46 @@ class _AttentionStep(torch.autograd.Function):
             p_t, mid = window.centre(q, steps, src_lengths)  # B x 1 each
         else:
             p_t = query.new_zeros(query.size(0), 1)  # B x 1: global attention has none
-        if window.span is not None:
-            outside = (positions - mid).abs_() > window.window_size  # B x S
-            excluded = excluded | outside  # B x S
-        z = scores  # B x S
+        if rows is None:  # every position: S
+            positions = source.positions  # S
+            scores = q.bmm(keys_t).squeeze(1)  # B x S: z_t(s), eq. (8)
+            excluded = src_pad_mask  # B x S
+            if window.span is not None:
+                outside = (positions - mid).abs_() > window.window_size  # B x S
+                excluded = excluded | outside  # B x S
+        else:  # the window's W positions (windows.py's span)
+            at = mid.long() + rows.offsets  # B x W: mid - D .. mid + D
+            excluded = (at < 0) | (at >= src_lengths.unsqueeze(1))  # B x W: outside the sentence
+            index = at.clamp(0, values.size(1) - 1)  # B x W
+            keys_w = _rows(rows.keys, index, rows.first_row)  # B x W x K
+            scores = keys_w.bmm(query.unsqueeze(2)).squeeze(2)  # B x W: z_t(s), eq. (8)
+            positions = at.to(keys_t.dtype)  # B x W
+        z = scores  # B x (S|W)
         if local_p:
-            distance = positions.to(p_t.dtype) - p_t  # B x S: s - p_t
-            log_g = distance.square().mul_(-0.5 / window.sigma**2)  # B x S: log G, eq. (10)
+            distance = positions.to(p_t.dtype) - p_t  # B x (S|W): s - p_t
+            log_g = distance.square().mul_(-0.5 / window.sigma**2)  # log G, eq. (10)
             if renormalize:
                 z = z + log_g  # softmax(z + log G) = softmax(z) · G / Σ
             else:
-                prior = log_g.exp_()  # B x S: G
-        z = z.masked_fill(excluded, float("-inf"))  # B x S
-        a = torch.softmax(z, dim=-1, dtype=at_least_fp32(z.dtype)).to(scores.dtype)  # B x S
-        probs = a if prior is None else a * prior  # B x S
+                prior = log_g.exp_()  # B x (S|W): G
+        z = z.masked_fill(excluded, float("-inf"))  # B x (S|W)
+        a = torch.softmax(z, dim=-1, dtype=at_least_fp32(z.dtype)).to(scores.dtype)
+        probs = a if prior is None else a * prior  # B x (S|W)
+        if rows is None:
+            context = probs.unsqueeze(1).bmm(values).squeeze(1)  # B x E: c_t
+        else:
+            values_w = _rows(values, index, rows.first_row)  # B x W x E
+            context = probs.unsqueeze(1).bmm(values_w).squeeze(1)  # B x E: c_t
+            # clamped copies of an edge position weigh 0: adding keeps the true one
+            probs = _scatter(probs, index, values.size(1))  # B x S
         value_step = source.values.record(probs.unsqueeze(1))
-        context = probs.unsqueeze(1).bmm(values).squeeze(1)  # B x E: c_t
-        ctx.save_for_backward(keys_t, values, a, prior, distance, w_p, v_p, hidden, logit, s, scale)
+        ctx.save_for_backward(
+            keys_t, values, a, prior, distance, w_p, v_p, hidden, logit, s, scale, index
+        )  # fmt: skip
         ctx.meta = _Saved(
             local_p, renormalize, window.sigma if local_p else 0.0,
             window.logit_bound if local_p else 0.0, local_p and window.detach_query,
-            query.dtype, key_step, value_step, position_steps,
+            query.dtype, key_step, value_step, position_steps, rows is not None,
         )  # fmt: skip
         ctx.source, ctx.position = source, position
         if not local_p:
@@ -192,25 +242,42 @@ class _AttentionStep(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_context, grad_probs, grad_p_t):
-        keys_t, values, a, prior, distance, w_p, v_p, hidden, logit, s, scale = ctx.saved_tensors
+        saved_tensors = ctx.saved_tensors
+        keys_t, values, a, prior, distance, w_p, v_p, hidden, logit, s, scale, index = saved_tensors
         saved, source = ctx.meta, ctx.source
         none = (None,) * 10
-        grad = None  # B x S: ∂L/∂probs
+        keys_w = values_w = None  # B x W x K, B x W x E: the gathered form's rows, again
+        if saved.gathered:
+            first_row = source.window.first_row  # B x 1
+            keys_w = _rows(source.window.keys, index, first_row)
+            values_w = _rows(values, index, first_row)
+        grad = None  # B x (S|W): ∂L/∂probs
         if grad_context is not None:
             source.values.record_grad(saved.value_step, grad_context.unsqueeze(1))  # B x 1 x E
-            grad = grad_context.unsqueeze(1).bmm(values.transpose(1, 2)).squeeze(1)  # B x S
+            if saved.gathered:
+                grad = values_w.bmm(grad_context.unsqueeze(2)).squeeze(2)  # B x W
+            else:
+                grad = grad_context.unsqueeze(1).bmm(values.transpose(1, 2)).squeeze(1)  # B x S
         if grad_probs is not None:
+            if saved.gathered:  # the map's rows are scattered from the window's
+                grad_probs = grad_probs.gather(1, index)  # B x W
             grad = grad_probs if grad is None else grad + grad_probs
         grad_p = grad_p_t if saved.local_p else None  # B x 1: ∂L/∂p_t
         grad_query = None
         if grad is not None:
-            grad_a = grad if prior is None else grad * prior  # B x S
-            grad_z = a * (grad_a - (a * grad_a).sum(-1, keepdim=True))  # B x S: softmax
-            source.keys.record_grad(saved.key_step, grad_z.unsqueeze(1))  # B x 1 x S
-            grad_query = grad_z.unsqueeze(1).bmm(keys_t.transpose(1, 2)).squeeze(1)  # B x H
+            grad_a = grad if prior is None else grad * prior  # B x (S|W)
+            grad_z = a * (grad_a - (a * grad_a).sum(-1, keepdim=True))  # B x (S|W): softmax
+            if saved.gathered:
+                source.keys.record_grad(
+                    saved.key_step, _scatter(grad_z, index, values.size(1)).unsqueeze(1)
+                )  # B x 1 x S
+                grad_query = grad_z.unsqueeze(1).bmm(keys_w).squeeze(1)  # B x H
+            else:
+                source.keys.record_grad(saved.key_step, grad_z.unsqueeze(1))  # B x 1 x S
+                grad_query = grad_z.unsqueeze(1).bmm(keys_t.transpose(1, 2)).squeeze(1)  # B x H
             if saved.local_p:
                 # ∂ log G / ∂p_t = (s - p_t) / σ²; G's own gradient is G times that
-                grad_log_g = grad_z if saved.renormalize else grad * a * prior  # B x S
+                grad_log_g = grad_z if saved.renormalize else grad * a * prior  # B x (S|W)
                 from_g = torch.linalg.vecdot(grad_log_g, distance).unsqueeze(1) / saved.sigma**2
                 grad_p = from_g if grad_p is None else grad_p + from_g  # B x 1
         if grad_p is not None:
@@ -222,3 +289,16 @@ class _AttentionStep(torch.autograd.Function):
             if from_p is not None:
                 grad_query = from_p if grad_query is None else grad_query + from_p
         return (grad_query, *none)
+
+
+def _rows(x: Tensor, index: Tensor, first_row: Tensor) -> Tensor:
+    """x[b, index[b, w]] for a B x S x K tensor and a B x W index: B x W x K, whole rows
+    by ``index_select`` on the flattened B·S rows (scores.take_positions, one step)."""
+    B, S, K = x.shape
+    return x.reshape(B * S, K).index_select(0, (index + first_row).view(-1)).view(B, -1, K)
+
+
+def _scatter(x: Tensor, index: Tensor, src_len: int) -> Tensor:
+    """A B x W row of the window's positions as a B x S row of the source's, 0 elsewhere
+    (clamped copies of an edge position add their 0 to it)."""
+    return x.new_zeros(x.size(0), src_len).scatter_add_(1, index, x)  # B x S
