@@ -187,6 +187,8 @@ def main(argv=None):
     p.add_argument("--precision", default=None, help="default: default_precision()")
     p.add_argument("--variants", nargs="*", default=["scored", "gathered"], choices=list(VARIANTS),
                    help="local-p's update again with one setting changed (VARIANTS)")  # fmt: skip
+    p.add_argument("--no-beam", dest="beam", action="store_false",
+                   help="time training alone (no beam-5 decoding)")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="two short lengths, one round")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -228,38 +230,39 @@ def main(argv=None):
         for name in args.variants:
             row, setting = VARIANTS[name]
             jobs[f"{row} train"] = setting(measure.make_update(model, criterion, train))
-        jobs.update({f"{name} beam": make_forced_generate(model, tgt_dict, decode, 5, length)
-                     for name, (_, model, _) in built.items()})  # fmt: skip
+        if args.beam:
+            jobs.update({f"{name} beam": make_forced_generate(model, tgt_dict, decode, 5, length)
+                         for name, (_, model, _) in built.items()})  # fmt: skip
         seconds, _ = measure.median_rounds(jobs, args.rounds)
         row = {"length": length, "batch": batch}
         for name in (*MODELS, *variants):
             row[f"{name} train tok/s"] = batch * length / seconds[f"{name} train"]
-            if name in MODELS:
+            if name in MODELS and args.beam:
                 row[f"{name} beam sent/s"] = args.decode_sentences / seconds[f"{name} beam"]
         for name in ratios:
             row[f"{name} train ratio"] = row[f"{name} train tok/s"] / row["global train tok/s"]
-            if name in LOCAL:
+            if name in LOCAL and args.beam:
                 row[f"{name} beam ratio"] = row[f"{name} beam sent/s"] / row["global beam sent/s"]
         rows.append(row)
-        print(f"L = {length}: training " + ", ".join(
-            f"{name} {row[f'{name} train ratio']:.2f}x" for name in ratios
-        ) + "; beam " + ", ".join(f"{name} {row[f'{name} beam ratio']:.2f}x" for name in LOCAL),
-            file=sys.stderr, flush=True)  # fmt: skip
+        said = ", ".join(f"{name} {row[f'{name} train ratio']:.2f}x" for name in ratios)
+        if args.beam:
+            said += "; beam " + ", ".join(f"{n} {row[f'{n} beam ratio']:.2f}x" for n in LOCAL)
+        print(f"L = {length}: training {said}", file=sys.stderr, flush=True)
     lines = [
         f"local-p and local-m (D = 14) against global, {precision}, {args.threads} threads, "
         f"{args.rounds} rounds, {(time.time() - started) / 60:.1f} min; ratios to global",
         "",
         "| source = target pieces | batch | training tok/s, global | local-p | local-m "
         + "".join(f"| {name} " for name in variants)
-        + "| beam-5 sent/s, global | local-p | local-m |",
-        "|---" * (8 + len(variants)) + "|",
+        + ("| beam-5 sent/s, global | local-p | local-m |" if args.beam else "|"),
+        "|---" * (5 + len(variants) + 3 * args.beam) + "|",
     ]
     for r in rows:
         lines.append(
             f"| {r['length']} | {r['batch']} | {r['global train tok/s']:,.0f} | "
             + " | ".join(f"{r[f'{n} train ratio']:.2f}x" for n in ratios)
-            + f" | {r['global beam sent/s']:.1f} | "
-            + " | ".join(f"{r[f'{n} beam ratio']:.2f}x" for n in LOCAL)
+            + (f" | {r['global beam sent/s']:.1f} | " if args.beam else "")
+            + (" | ".join(f"{r[f'{n} beam ratio']:.2f}x" for n in LOCAL) if args.beam else "")
             + " |"
         )
     print("\n".join(lines))
@@ -270,7 +273,7 @@ def main(argv=None):
         meta = {"commit": measure.commit(REPO, ["luong_plugin", "bench"]),
                 "cpu": f"{machine['cpu']} ({bf16})",
                 "precision": precision, "threads": args.threads, "rounds": args.rounds,
-                "tokens": args.tokens, "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started))}  # fmt: skip
+                "tokens": args.tokens, "beam": args.beam, "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started))}  # fmt: skip
         with open(args.out, "w") as f:
             json.dump({**meta, "rows": rows}, f, indent=1)
 
