@@ -158,6 +158,10 @@ def test_benchmarks_page_is_what_its_json_renders(tmp_path):
     assert named, "BENCHMARKS.md's command names no --json file under docs/"
     with open(os.path.join(REPO, named.group(1))) as f:
         raw = json.load(f)
+    # make bench names its JSON make_bench_<commit>.json: the name and the run's commit agree
+    stem = os.path.basename(named.group(1))
+    if stem.startswith("make_bench_"):
+        assert stem == f"make_bench_{raw['commit'].split('+')[0]}.json", (stem, raw["commit"])
     assert report.page(report.from_json(raw), page) == page
     # the same through the command line, into a copy of the page
     out = tmp_path / "BENCHMARKS.md"
