@@ -26,9 +26,11 @@ node's gathered form: each step takes the W = 2D + 1 keys and values of its wind
 (the positions around floor(p_t), clamped into the source, those outside the sentence
 excluded, as windows.py's ``span``), and scores, softmaxes, weighs and differentiates only
 those, forward and backward; the weights and the keys' step gradient are scattered back
-into B x S rows for the map and the tapes. A step then costs O(W) in its products and
-O(S) only in two zero-filled rows, where the masked form costs O(S) in four products and
-the elementwise work between them. Eq. (9) and W_p's and v_p's taped gradients are position_network.py's
+into B x S rows for the map and the tapes. In arithmetic a step then costs O(W) in its
+products and O(S) only in two zero-filled rows, where the masked form costs O(S) in four
+products and the elementwise work between them; on a CPU, where a step's small operations
+cost more in overhead than in arithmetic, gathering paid only over longer sources
+(``GATHER_FROM``). Eq. (9) and W_p's and v_p's taped gradients are position_network.py's
 ``position_step`` and ``position_step_grad``, which ``PositionStep`` runs too.
 
 The conventions are windows.py's (p_t real-valued, the window the 2D + 1 positions
