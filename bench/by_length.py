@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import time
+from importlib import import_module
 
 import measure
 from systems import build, common_args
@@ -71,24 +72,11 @@ def with_settings(update, *settings):
     return run
 
 
-def attention_step_setting(name: str, value):
-    """``update`` -> ``update`` run with ``attention_step.<name>`` = ``value``."""
+def module_setting(module: str, name: str, value):
+    """``update`` -> ``update`` run with ``luong_plugin.modules.<module>.<name>`` = ``value``."""
 
     def wrap(update):
-        from luong_plugin.modules import attention_step
-
-        return with_settings(update, (attention_step, name, value))
-
-    return wrap
-
-
-def luong_loop_setting(name: str, value):
-    """``update`` -> ``update`` run with ``luong_loop.<name>`` = ``value``."""
-
-    def wrap(update):
-        from luong_plugin.modules import luong_loop
-
-        return with_settings(update, (luong_loop, name, value))
+        return with_settings(update, (import_module(f"luong_plugin.modules.{module}"), name, value))
 
     return wrap
 
@@ -108,10 +96,13 @@ def plain_gathering(update):
 # gathering from one window on; eq. (9)'s products in the loop's product dtype (bf16 under
 # --precision bf16), as before they ran in fp32 on a CPU (luong_loop.POSITION_FP32_ON_CPU)
 VARIANTS = {  # --variants name: (row, the setting)
-    "scored": ("local-p fused scored", attention_step_setting("GATHER_FROM", sys.maxsize)),
-    "gathered": ("local-p fused gathered", attention_step_setting("GATHER_FROM", 1)),
+    "scored": (
+        "local-p fused scored",
+        module_setting("attention_step", "GATHER_FROM", sys.maxsize),
+    ),
+    "gathered": ("local-p fused gathered", module_setting("attention_step", "GATHER_FROM", 1)),
     "plain-gathered": ("local-p gathered", plain_gathering),
-    "eq9-bf16": ("local-p eq9 bf16", luong_loop_setting("POSITION_FP32_ON_CPU", False)),
+    "eq9-bf16": ("local-p eq9 bf16", module_setting("luong_loop", "POSITION_FP32_ON_CPU", False)),
 }
 
 

@@ -60,7 +60,7 @@ from torch.autograd.function import once_differentiable
 from .loop_weight import LoopWeight
 from .position_network import position_step, position_step_grad
 from .precision import at_least_fp32
-from .scores import _BilinearScore
+from .scores import _BilinearScore, take_positions
 from .windows import GlobalWindow, LocalMonotonicWindow, LocalPredictiveWindow, PositionWeights
 
 # a local window's step gathers its 2D + 1 keys and values once the source is this many
@@ -207,11 +207,11 @@ class _AttentionStep(torch.autograd.Function):
             at = mid.long() + rows.offsets  # B x W: mid - D .. mid + D
             excluded = (at < 0) | (at >= src_lengths.unsqueeze(1))  # B x W: outside the sentence
             index = at.clamp(0, values.size(1) - 1)  # B x W
-            keys_w = _rows(rows.keys, index, rows.first_row)  # B x W x K
+            keys_w = take_positions(rows.keys, index, rows.first_row)  # B x W x K
             # B x 1 x K times the window's keys transposed: the B x W x K by B x K x 1 form
             # of this product ran several times slower on a CPU
             scores = q.bmm(keys_w.transpose(1, 2)).squeeze(1)  # B x W: z_t(s), eq. (8)
-            positions = at.to(keys_t.dtype)  # B x W
+            positions = at  # B x W
         z = scores  # B x (S|W)
         if local_p:
             distance = positions.to(p_t.dtype) - p_t  # B x (S|W): s - p_t
@@ -226,7 +226,7 @@ class _AttentionStep(torch.autograd.Function):
         if rows is None:
             context = probs.unsqueeze(1).bmm(values).squeeze(1)  # B x E: c_t
         else:
-            values_w = _rows(values, index, rows.first_row)  # B x W x E
+            values_w = take_positions(values, index, rows.first_row)  # B x W x E
             context = probs.unsqueeze(1).bmm(values_w).squeeze(1)  # B x E: c_t
             # clamped copies of an edge position weigh 0: adding keeps the true one
             probs = _scatter(probs, index, values.size(1))  # B x S
@@ -254,8 +254,8 @@ class _AttentionStep(torch.autograd.Function):
         keys_w = values_w = None  # B x W x K, B x W x E: the gathered form's rows, again
         if saved.gathered:
             first_row = source.window.first_row  # B x 1
-            keys_w = _rows(source.window.keys, index, first_row)
-            values_w = _rows(values, index, first_row)
+            keys_w = take_positions(source.window.keys, index, first_row)
+            values_w = take_positions(values, index, first_row)
         grad = None  # B x (S|W): ∂L/∂probs
         if grad_context is not None:
             source.values.record_grad(saved.value_step, grad_context.unsqueeze(1))  # B x 1 x E
@@ -294,13 +294,6 @@ class _AttentionStep(torch.autograd.Function):
             if from_p is not None:
                 grad_query = from_p if grad_query is None else grad_query + from_p
         return (grad_query, *none)
-
-
-def _rows(x: Tensor, index: Tensor, first_row: Tensor) -> Tensor:
-    """x[b, index[b, w]] for a B x S x K tensor and a B x W index: B x W x K, whole rows
-    by ``index_select`` on the flattened B·S rows (scores.take_positions, one step)."""
-    B, S, K = x.shape
-    return x.reshape(B * S, K).index_select(0, (index + first_row).view(-1)).view(B, -1, K)
 
 
 def _scatter(x: Tensor, index: Tensor, src_len: int) -> Tensor:

@@ -37,14 +37,17 @@ Index = Optional[Union[slice, Tensor]]
 ALL = slice(None)
 
 
-def take_positions(x: Tensor, index: Tensor) -> Tensor:
-    """x[b, index[b, t, w]] for a B x S x K tensor and a B x T x W index: B x T x W x K.
+def take_positions(x: Tensor, index: Tensor, first_row: Optional[Tensor] = None) -> Tensor:
+    """x[b, index[b, ...]] for a B x S x K tensor and a B x ... index (B x T x W, or one
+    step's B x W): the index's shape x K.
 
     Whole rows by ``index_select`` on the flattened B·S x K rows (a gather per
-    element costs ~10x more)."""
+    element costs ~10x more). ``first_row``: b · S, shaped to broadcast against the index,
+    for a caller that takes positions at every step (attention_step.py) and computes it once."""
     B, S, K = x.shape
-    offsets = torch.arange(B, device=index.device).view(B, 1, 1) * S  # B x 1 x 1
-    rows = (index + offsets).reshape(-1)  # B·T·W
+    if first_row is None:
+        first_row = torch.arange(B, device=index.device).view(B, *(1,) * (index.dim() - 1)) * S
+    rows = (index + first_row).reshape(-1)  # B·T·W | B·W
     return x.reshape(B * S, K).index_select(0, rows).view(*index.shape, K)
 
 
