@@ -3,6 +3,7 @@ padded batches in either padding side, and the command lines of fairseq's tools
 (``train_args``, ``generate_args``, ``parse_training_args``), built in one place."""
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -142,6 +143,26 @@ def steps_to_compare(logits32, extra32, extra16, lengths, p_t_tol):
     return steps
 
 
+@contextlib.contextmanager
+def recorded_step_sources():
+    """``luong_loop.step_source`` recording what it gives each pass of the fast loop (an
+    ``attention_step.StepSource``, or None where the plain path runs), in the list this
+    yields; restored after."""
+    from luong_plugin.modules import luong_loop
+
+    sources, step_source = [], luong_loop.step_source
+
+    def record(*args):
+        sources.append(step_source(*args))
+        return sources[-1]
+
+    luong_loop.step_source = record
+    try:
+        yield sources
+    finally:
+        luong_loop.step_source = step_source
+
+
 def assert_fast_loop_equals_the_paper_loop(
     model, src_lengths, gathered=False, steps=8, device="cpu"
 ):
@@ -154,7 +175,7 @@ def assert_fast_loop_equals_the_paper_loop(
     through luong_loop.fused_lstm_cell, the paper's through ``torch.lstm_cell``).
     Returns the paper loop's gradients."""
     from luong_plugin.modules import attention as attention_module
-    from luong_plugin.modules import attention_step, luong_loop
+    from luong_plugin.modules import attention_step
     from luong_plugin.modules.luong_loop import run
 
     model = spread_parameters(model).double().to(device).train()
@@ -165,10 +186,8 @@ def assert_fast_loop_equals_the_paper_loop(
         assert src.size(1) >= attention_module.TRAIN_GATHER_FROM * width
         assert src.size(1) >= attention_step.GATHER_FROM * width
     prev = random_prev_output(decoder.dictionary, len(src_lengths), steps).to(device)
-    results, sources = [], []
-    step_source = luong_loop.step_source
-    luong_loop.step_source = lambda *args: sources.append(step_source(*args)) or sources[-1]
-    try:
+    results = []
+    with recorded_step_sources() as sources:
         for loop in (run, lambda dec, *args: dec.paper_loop(*args)):
             model.zero_grad()
             torch.manual_seed(3)  # the same dropout masks: both loops draw them in one order
@@ -180,8 +199,6 @@ def assert_fast_loop_equals_the_paper_loop(
             (loss + out.cell.sum() + out.hidden.sum()).backward()
             grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
             results.append((out, grads))
-    finally:
-        luong_loop.step_source = step_source
     if gathered:  # the fast loop's fused step took its gathered form
         assert [source.window is not None for source in sources] == [True], sources
     (fast, fast_grads), (paper, paper_grads) = results

@@ -8,7 +8,7 @@ reads its lengths once), never on the number of target steps."""
 
 import pytest
 import torch
-from conftest import VARIANTS, batch, build
+from conftest import VARIANTS, batch, build, recorded_step_sources
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # ops whose output's size or value must reach the host before the next op can be queued
@@ -70,24 +70,17 @@ def test_training_step_loop_reads_nothing_back_per_step(options):
 
 
 @pytest.mark.parametrize("window", ["local-m", "local-p"])
-def test_training_over_long_sources_reads_nothing_back_per_step(window, monkeypatch):
+def test_training_over_long_sources_reads_nothing_back_per_step(window):
     """Sources of several windows, where the training step gathers each window's keys and
     values (attention_step.py's gathered form)."""
-    from luong_plugin.modules import attention_step, luong_loop
+    from luong_plugin.modules import attention_step
 
-    forms = []
-
-    def step_source(*args):
-        source = attention_step.step_source(*args)
-        forms.append(source.window is not None)
-        return source
-
-    monkeypatch.setattr(luong_loop, "step_source", step_source)
     model = _model(dict(attention_window=window, attention_score="general"))
     width = model.decoder.attention.window.width
     lengths = (4 * width, 9, attention_step.GATHER_FROM * width)
-    assert _training_syncs(model, 3, lengths) == _training_syncs(model, 11, lengths)
-    assert forms == [True, True]  # the gathered form, in both
+    with recorded_step_sources() as sources:
+        assert _training_syncs(model, 3, lengths) == _training_syncs(model, 11, lengths)
+    assert [source.window is not None for source in sources] == [True, True]  # gathered, both
 
 
 @pytest.mark.parametrize("options", VARIANTS)
