@@ -216,7 +216,8 @@ RECOMMENDED_GLOBAL = dict(
     position_sigma=0.0,
 )
 # local-m with the demo's window, otherwise the demo: at 7 minutes (docs/CORPUS_BUDGET.md)
-# ahead of local-p and global attention on Debian's manuals, between them on the Bible
+# ahead of local-p and global attention on Debian's manuals, between them on the Bible; at
+# the demo's budget ahead of global attention on both (docs/CORPUS_BUDGET_15_LOCAL_M.md)
 RECOMMENDED_LOCAL_M = dict(RECOMMENDED_GLOBAL, attention_window="local-m", window_size=14)
 
 ARCHS = {
