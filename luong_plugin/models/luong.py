@@ -217,7 +217,7 @@ RECOMMENDED_GLOBAL = dict(
 )
 # local-m with the demo's window, otherwise the demo: at 7 minutes (docs/CORPUS_BUDGET.md)
 # ahead of local-p and global attention on Debian's manuals, between them on the Bible; at
-# the demo's budget ahead of global attention on both (docs/CORPUS_BUDGET_15_LOCAL_M.md)
+# the demo's budget ahead of global attention in sacreBLEU on both (CORPUS_BUDGET_15_LOCAL_M.md)
 RECOMMENDED_LOCAL_M = dict(RECOMMENDED_GLOBAL, attention_window="local-m", window_size=14)
 
 ARCHS = {
