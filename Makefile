@@ -73,11 +73,15 @@ ladder: setup sword
 	bash recipes/bible_es_en/prepare.sh
 	recipes/with_tcmalloc $(PY) -m experiments.ladder
 
-# Benchmarks against fairseq's own lstm (~12 min on 2 cores): writes docs/BENCHMARKS.md and the
-# run's results beside the other data behind the docs (docs/experiments/bench/)
+# Benchmarks against fairseq's own lstm (~12 min on 2 cores), one page per kind of CPU: on a CPU
+# with AMX (lscpu lists amx_bf16) docs/BENCHMARKS_AMX.md and its run's results in
+# docs/experiments/bench_amx/, on others docs/BENCHMARKS.md and docs/experiments/bench/
+AMX := $(if $(shell grep -m1 -ow amx_bf16 /proc/cpuinfo 2>/dev/null),yes,)
+BENCH_PAGE := docs/BENCHMARKS$(if $(AMX),_AMX,).md
+BENCH_DATA := docs/experiments/bench$(if $(AMX),_amx,)
 bench: setup sword
-	recipes/with_tcmalloc $(PY) bench/run.py \
-		--json docs/experiments/bench/make_bench_$$(git rev-parse --short HEAD).json
+	recipes/with_tcmalloc $(PY) bench/run.py --out $(BENCH_PAGE) \
+		--json $(BENCH_DATA)/make_bench_$$(git rev-parse --short HEAD).json
 
 clean:
 	rm -rf $(VENV) data data-bin checkpoints runs

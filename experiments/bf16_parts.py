@@ -119,7 +119,7 @@ def keep_fp32(parts, patch=setattr, told=told) -> None:
         told("combine")
     if "output" in parts:
 
-        def output_layer(self, features):
+        def output_layer(self, features, incremental_state=None):
             with full_precision(features.device):
                 return self.W_s(features.float())
 

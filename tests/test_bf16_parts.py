@@ -56,7 +56,7 @@ def product_dtypes(variant=None, monkeypatch=None, lengths=(7, 5, 4)):
                   attention_window="global", attention_score="general", input_feeding=True,
                   precision="bf16")  # fmt: skip
     src, lengths = random_batch(model.encoder.dictionary, list(lengths))
-    prev = random_prev_output(model.decoder.dictionary, 3, 6)
+    prev = random_prev_output(model.decoder.dictionary, len(lengths), 6)
     with Products() as log:
         model.train()(src, lengths, prev)
     dtypes = {}
@@ -65,12 +65,14 @@ def product_dtypes(variant=None, monkeypatch=None, lengths=(7, 5, 4)):
     return dtypes
 
 
-# torch's CPU LSTM runs some packed batches (here: equal lengths) as oneDNN's bf16 LSTM,
-# whose outputs are bf16, and others with fp32 outputs: the encoder's values, and with
-# them a step's attention (precision.py), are bf16 or fp32 by batch. Both kinds run.
+# On a CPU the encoder runs a batch of a few lengths as one oneDNN bf16 LSTM call per length,
+# whose outputs are bf16, and a packed batch of more lengths (lstm_encoder.LENGTH_GROUPS)
+# through torch's own LSTM, with fp32 outputs: the encoder's values, and with them a step's
+# attention (precision.py), are bf16 or fp32 by batch. Each kind runs.
 BATCHES = [
     pytest.param((7, 5, 4), id="lengths-differ"),
     pytest.param((6, 6, 6), id="lengths-equal"),
+    pytest.param((8, 7, 6, 5, 4), id="lengths-packed"),
 ]
 PRODUCTS = ("gates_x", "gates", "combine", "output")
 

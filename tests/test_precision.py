@@ -29,6 +29,7 @@ from conftest import (
     train,
 )
 from fairseq import checkpoint_utils
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from luong_plugin.criterions.fused_cross_entropy import fused_output_loss
 from luong_plugin.modules import precision
@@ -257,6 +258,49 @@ def test_bf16_incremental_decoding_close_to_full_forward(options, device):
             steps.append(logits)
     stepped = torch.cat(steps, dim=1)
     assert close(stepped, full, LOGIT_TOL, full.float().abs().max().item())
+
+
+class _Casts(TorchDispatchMode):
+    """The shapes of the tensors cast (``_to_copy``) while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func == torch.ops.aten._to_copy.default:
+            self.shapes.append(tuple(args[0].shape))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "options", [VARIANTS[0], *[v for v in VARIANTS if v.id in ("rnnsearch", "rnnencdec")]]
+)
+def test_bf16_decoding_casts_the_output_layer_once_per_generation_call(options, device):
+    """Each decoding step is an autocast region of its own, whose cache of cast parameters
+    ends with it: the output layer's weight (V x O) is cast once per generation call
+    (``CachedStateDecoder.output_linear``), not at every step, with the same logits."""
+    _, model = pair(options, device)
+    layer = model.decoder.output_projection()
+    src, lengths, prev = batch(model, device)
+
+    def decode():
+        with torch.no_grad():
+            encoder_out = model.encoder(src, lengths)
+            state, steps = {}, []
+            with _Casts() as casts:
+                for t in range(prev.size(1)):
+                    logits, _ = model.decoder(
+                        prev[:, : t + 1], encoder_out, incremental_state=state
+                    )
+                    steps.append(logits)
+        return torch.cat(steps, dim=1), casts.shapes.count(tuple(layer.weight.shape))
+
+    kept, casts_kept = decode()
+    model.decoder.output_linear = lambda layer, features, state=None: layer(features)
+    every_step, casts_every_step = decode()
+    assert casts_kept == 1 and casts_every_step == prev.size(1)
+    assert kept.dtype == torch.bfloat16 and torch.equal(kept, every_step)
 
 
 def test_unknown_precision_names_the_option_and_values():

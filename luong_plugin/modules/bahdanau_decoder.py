@@ -127,14 +127,15 @@ class BahdanauDecoder(CachedStateDecoder):
         features, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
         if features_only:
             return features, extra
-        return self.output_layer(features), extra
+        return self.output_layer(features, incremental_state), extra
 
     def output_projection(self) -> nn.Linear:
         """The output layer, one linear map of the features (the fused loss reads it)."""
         return self.W_o
 
-    def output_layer(self, features: Tensor) -> Tensor:
-        return self.W_o(features)  # B x T x V: p(y_i) = softmax(W_o t_i)
+    def output_layer(self, features: Tensor, incremental_state=None) -> Tensor:
+        # B x T x V: p(y_i) = softmax(W_o t_i)
+        return self.output_linear(self.W_o, features, incremental_state)
 
     @mixed_precision
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):

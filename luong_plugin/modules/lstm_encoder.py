@@ -20,6 +20,7 @@ from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -28,13 +29,49 @@ from .precision import mixed_precision
 from .source import gather_positions
 from .source_encoder import SourceEncoder
 
+# On a CPU, a batch whose sentences have at most this many distinct lengths runs as one RNN
+# call per length over unpadded rows (``run_by_length``), not as one call on a packed batch:
+# torch runs a packed batch whose lengths differ through its own step-by-step LSTM, and
+# unpadded rows (or a packed batch of one length) through oneDNN's, which on a CPU with
+# bf16 instructions runs bf16 (docs/SPEED.md, "The encoder by length"). fairseq batches
+# sentences of similar length, so most batches have one or two. 0: always packed.
+LENGTH_GROUPS = 4
+
 
 def run_packed(rnn: nn.RNNBase, x: Tensor, lengths: Tensor, hidden=None):
-    """Run a batch-first RNN over right-padded x, each row only up to its length."""
+    """Run a batch-first RNN over right-padded x, each row only up to its length: one call
+    per distinct length on a CPU (up to ``LENGTH_GROUPS``), else one on a packed batch."""
+    if hidden is None and x.device.type == "cpu":
+        groups, counts = torch.unique(lengths, return_counts=True)  # ascending
+        if len(groups) <= LENGTH_GROUPS:
+            return run_by_length(rnn, x, lengths, groups.tolist(), counts.tolist())
     packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
     out, final = rnn(packed, hidden)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.size(1))
     return out, final  # B x S x E
+
+
+def run_by_length(rnn: nn.RNNBase, x: Tensor, lengths: Tensor, groups, counts):
+    """``run_packed``'s result (outputs zero on padding, the final states after each row's
+    last token) from one call of ``rnn`` per distinct length (``groups``, ascending, with
+    ``counts`` rows each), on that length's rows cut to it."""
+    S = x.size(1)
+    order = torch.argsort(lengths, stable=True)  # B: rows grouped by length, ascending
+    outs, finals, start = [], [], 0
+    for length, count in zip(groups, counts):
+        rows = order[start : start + count]  # n
+        start += count
+        out, final = rnn(x.index_select(0, rows)[:, :length])  # n x length x E
+        outs.append(F.pad(out, (0, 0, 0, S - length)))  # n x S x E, zero on padding
+        finals.append(final)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)  # B: row -> its place
+    out = torch.cat(outs).index_select(0, inverse)  # B x S x E
+    if isinstance(finals[0], tuple):  # an LSTM's (h, c): L x B x E each
+        final = tuple(torch.cat(parts, dim=1).index_select(1, inverse) for parts in zip(*finals))
+    else:
+        final = torch.cat(finals, dim=1).index_select(1, inverse)
+    return out, final
 
 
 class LuongEncoder(SourceEncoder):

@@ -124,14 +124,14 @@ class LuongDecoder(CachedStateDecoder):
     @mixed_precision
     def forward(self, prev_output_tokens, encoder_out, incremental_state=None, **unused):
         features, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
-        return self.output_layer(features), extra
+        return self.output_layer(features, incremental_state), extra
 
     def output_projection(self) -> nn.Linear:
         """The output layer, one linear map of the features (the fused loss reads it)."""
         return self.W_s
 
-    def output_layer(self, features: Tensor) -> Tensor:
-        return self.W_s(features)  # B x T x V, eq. (6)
+    def output_layer(self, features: Tensor, incremental_state=None) -> Tensor:
+        return self.output_linear(self.W_s, features, incremental_state)  # B x T x V, eq. (6)
 
     @mixed_precision
     def extract_features(self, prev_output_tokens, encoder_out, incremental_state=None):

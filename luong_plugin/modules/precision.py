@@ -12,12 +12,12 @@ accumulation, while these stay fp32:
 - the LSTM cell state c_t and h_t of the input-feeding loop and the GRU state
   s_i / h_i: each product is cast to fp32 before the gates (``lstm_step``, on
   CUDA ``fused_lstm_cell``, outside autocast; ``PaperGRU.step``). The LSTMs run
-  as one ``nn.LSTM`` call (Luong's encoder, on a packed batch, and the decoder
-  without input feeding) are autocast whole, and
-  torch picks their kernel by batch: oneDNN's bf16 LSTM, with a bf16 state and
-  bf16 outputs, for the no-feed decoder and for packed batches whose lengths are
-  all equal (tests/test_bf16_parts.py), its own LSTM with bf16 products and an
-  fp32 state for other packed batches;
+  as ``nn.LSTM`` calls (Luong's encoder and the decoder without input feeding)
+  are autocast whole, and torch picks their kernel by input: on a CPU oneDNN's
+  bf16 LSTM, with a bf16 state and bf16 outputs, for the no-feed decoder and for
+  the encoder's unpadded rows (a batch of up to ``lstm_encoder.LENGTH_GROUPS``
+  distinct lengths, one call per length), its own LSTM with bf16 products and an
+  fp32 state for a packed batch of more lengths (tests/test_bf16_parts.py);
 - local-p's p_t (eq. 9) and local-m's centre, which index positions up to S:
   bf16's 8-bit mantissa would move them by several positions beyond 256; eq.
   (9)'s logit v_pᵀ tanh(·) in the training loop on every device, and on a CPU
