@@ -143,25 +143,40 @@ def test_make_bench_keeps_the_gpu_section_of_the_page():
     assert report.kept_section("# Benchmarks\n\n## Training throughput\n") == ""
 
 
-def test_benchmarks_page_is_what_its_json_renders(tmp_path):
-    """docs/BENCHMARKS.md names the JSON of its run in its command line, and rendering that
-    JSON (``bench/run.py --render-only``) gives the page back byte for byte: no figure on the
-    page is edited by hand, and the length-keyed tables come back in numeric order (JSON
-    keeps their keys as strings: 100, 1000, 200 ... unless restored)."""
+# make bench's pages, one per kind of CPU (Makefile): the page, the folder of its runs' JSONs,
+# and whether its CPU has AMX
+BENCH_PAGES = {
+    "BENCHMARKS.md": ("docs/experiments/bench/", False),
+    "BENCHMARKS_AMX.md": ("docs/experiments/bench_amx/", True),
+}
+
+
+@pytest.mark.parametrize("name", list(BENCH_PAGES))
+def test_benchmarks_page_is_what_its_json_renders(name, tmp_path):
+    """Each of make bench's pages names the JSON of its run in its command line, and rendering
+    that JSON (``bench/run.py --render-only``) gives the page back byte for byte: no figure on
+    the page is edited by hand, and the length-keyed tables come back in numeric order (JSON
+    keeps their keys as strings: 100, 1000, 200 ... unless restored). The run's CPU is the
+    page's kind."""
     import re
 
     _gpu_module()
     report = _bench_module("report")
-    with open(os.path.join(REPO, "docs", "BENCHMARKS.md")) as f:
+    with open(os.path.join(REPO, "docs", name)) as f:
         page = f.read()
     named = re.search(r"^- command: `python bench/run\.py [^`]*--json (docs/\S+\.json)", page, re.M)
-    assert named, "BENCHMARKS.md's command names no --json file under docs/"
+    assert named, f"{name}'s command names no --json file under docs/"
+    folder, amx = BENCH_PAGES[name]
+    assert named.group(1).startswith(folder), (name, named.group(1))
     with open(os.path.join(REPO, named.group(1))) as f:
         raw = json.load(f)
     # make bench names its JSON make_bench_<commit>.json: the name and the run's commit agree
     stem = os.path.basename(named.group(1))
     if stem.startswith("make_bench_"):
         assert stem == f"make_bench_{raw['commit'].split('+')[0]}.json", (stem, raw["commit"])
+    assert ("amx_bf16" in raw["machine"].get("cpu_bf16", "")) == amx, raw["machine"]
+    # the opening names a GPU section only on the page that keeps one (BENCHMARKS.md's)
+    assert ("GPU section" in page) == bool(report.kept_section(page)), name
     assert report.page(report.from_json(raw), page) == page
     # the same through the command line, into a copy of the page
     out = tmp_path / "BENCHMARKS.md"
