@@ -32,9 +32,10 @@ from .source_encoder import SourceEncoder
 # On a CPU, a batch whose sentences have at most this many distinct lengths runs as one RNN
 # call per length over unpadded rows (``run_by_length``), not as one call on a packed batch:
 # torch runs a packed batch whose lengths differ through its own step-by-step LSTM, and
-# unpadded rows (or a packed batch of one length) through oneDNN's, which on a CPU with
-# bf16 instructions runs bf16 (docs/SPEED.md, "The encoder by length"). fairseq batches
-# sentences of similar length, so most batches have one or two. 0: always packed.
+# unpadded rows (or a packed batch of one length) through oneDNN's, in bf16 under
+# --precision bf16 (docs/SPEED.md, "On a CPU with AMX"). fairseq orders a corpus by source
+# length before it cuts batches (LanguagePairDataset.ordered_indices), so a batch's
+# sentences have one or a few source lengths. 0: always packed.
 LENGTH_GROUPS = 4
 
 
