@@ -55,6 +55,33 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
         assert "| global-general feed [bf16] |" in text
 
 
+@pytest.mark.slow
+def test_micro_encoder_times_both_paths_of_each_batch(bible, tmp_path):
+    """bench/micro_encoder.py on a small corpus, one round: a row per batch kind and system,
+    the batches counted by their number of source lengths, and bad options refused."""
+    script = os.path.join(REPO, "bench", "micro_encoder.py")
+    raw = tmp_path / "encoder.json"
+    proc = subprocess.run(
+        [sys.executable, script, "--data", bible, "--rounds", "1", "--batches", "30", "--threads", "1",
+         "--json", raw],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(raw.read_text())
+    assert set(results["counts"]) == {"2000", "4000"}
+    assert all(sum(c.values()) == 30 for c in results["counts"].values())
+    assert results["rows"] and all(
+        r["packed_ms"] > 0 and r["by_length_ms"] > 0 for r in results["rows"]
+    )
+    assert {r["lengths"] for r in results["rows"]} <= {1, 2, 3, 4}
+    assert "| --max-tokens | source lengths |" in proc.stdout
+    bad = subprocess.run([sys.executable, script, "--rounds", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--rounds must be a positive integer" in bad.stderr
+    bad = subprocess.run([sys.executable, script, "--data", str(tmp_path)], capture_output=True,
+                         text=True)  # fmt: skip
+    assert bad.returncode == 2 and "no binarised corpus" in bad.stderr
+
+
 def test_position_step_prints_every_piece_against_global():
     """bench/micro_position_step.py --quick: one row per piece, each with its ratio to global."""
     proc = subprocess.run(
