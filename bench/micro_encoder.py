@@ -1,12 +1,13 @@
 """An op-level micro-benchmark: the encoder's two ways through a batch of several source
 lengths on a CPU (lstm_encoder.py), one LSTM call per length against one packed call.
 
-    python bench/micro_encoder.py [--data DIR] [--threads 2] [--rounds 25] [--json FILE]
+    python bench/micro_encoder.py [--data DIR] [--threads 2] [--rounds 25] [--max-tokens 2000 4000]
+                                  [--batches 200] [--json FILE]
 
 The demo's model (1 x 256, global general attention with input feeding), built as
 fairseq-train builds it, in fp32 and with ``--precision bf16`` (on a CPU with native
-bf16). From the Bible's training batches as fairseq-train draws them (seed 1) at
-``--max-tokens`` 2000 and 4000, the first batch that holds k distinct source lengths, for
+bf16). From the Bible's training batches as fairseq-train draws them (seed 1) at each
+``--max-tokens`` (2000 and 4000), the first batch that holds k distinct source lengths, for
 k = 1 .. 4 where one exists among the first ``--batches`` (200). For each: the encoder's forward and
 backward (its outputs and final states into a sum), with ``LENGTH_GROUPS`` 0 (packed) and 4
 (by length), interleaved round by round; the median of each and the median of the paired
@@ -69,11 +70,14 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=25)
     p.add_argument("--batches", type=int, default=200, help="batches looked at per --max-tokens")
+    p.add_argument("--max-tokens", type=int, nargs="+", default=list(MAX_TOKENS))
     p.add_argument("--json", default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
     for name in ("threads", "rounds", "batches"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be a positive integer")
+    if min(args.max_tokens) < 1:
+        p.error("--max-tokens must be positive integers")
     bin_dir = os.path.join(args.data, "bin")
     if not os.path.exists(os.path.join(bin_dir, "dict.en.txt")):
         p.error(f"--data {args.data}: no binarised corpus in it (recipes/bible_es_en/prepare.sh)")
@@ -89,7 +93,7 @@ def main(argv=None):
                "machine": {**measure.cpu(), "threads": args.threads}, "rounds": args.rounds,
                "groups": lstm_encoder.LENGTH_GROUPS, "batches": args.batches, "counts": {},
                "rows": []}  # fmt: skip
-    for max_tokens in MAX_TOKENS:
+    for max_tokens in args.max_tokens:
         common = common_args(bin_dir, 0.0, "label_smoothed_cross_entropy", max_tokens)
         built = {name: build_system(name, common) for name in names}
         batches = measure.train_batches(built[MODEL][1], max_tokens, args.batches)
