@@ -8,10 +8,11 @@ The demo's model (1 x 256, global general attention with input feeding), built a
 fairseq-train builds it, in fp32 and with ``--precision bf16`` (on a CPU with native
 bf16). From the Bible's training batches as fairseq-train draws them (seed 1) at each
 ``--max-tokens`` (2000 and 4000), the first batch that holds k distinct source lengths, for
-k = 1 .. 4 where one exists among the first ``--batches`` (200). For each: the encoder's forward and
-backward (its outputs and final states into a sum), with ``LENGTH_GROUPS`` 0 (packed) and 4
-(by length), interleaved round by round; the median of each and the median of the paired
-ratios. It also counts, over those batches, how many hold each number of lengths.
+k = 1 .. ``LENGTH_GROUPS`` (4) where one exists among the first ``--batches`` (200). For
+each: the encoder's forward and backward (its outputs and final states into a sum), with
+``LENGTH_GROUPS`` 0 (packed) and at its default (by length), interleaved round by round;
+the median of each and the median of the paired ratios. It also counts, over those
+batches, how many hold each number of lengths.
 """
 
 import argparse
@@ -99,7 +100,7 @@ def main(argv=None):
         batches = measure.train_batches(built[MODEL][1], max_tokens, args.batches)
         counts = [distinct_lengths(b) for b in batches]
         results["counts"][max_tokens] = {k: counts.count(k) for k in sorted(set(counts))}
-        for k in range(1, 5):
+        for k in range(1, results["groups"] + 1):
             if k not in counts:
                 continue
             batch = batches[counts.index(k)]
@@ -107,7 +108,7 @@ def main(argv=None):
             for name in names:
                 job = encoder_pass(built[name][2], batch)
                 jobs[(name, "packed")] = with_groups(0, job)
-                jobs[(name, "by length")] = with_groups(4, job)
+                jobs[(name, "by length")] = with_groups(results["groups"], job)
             seconds, raw = measure.median_rounds(jobs, args.rounds, warmup=2)
             for name in names:
                 packed, by_length = raw[(name, "packed")], raw[(name, "by length")]
