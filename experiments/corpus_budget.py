@@ -2,7 +2,7 @@
 
     python -m experiments.corpus_budget [--corpora bible_es_en docs_en_fr_long]
         [--runs NAME ...] [--seeds 1 2] [--minutes 7] [--jobs 2] [--threads 1]
-        [--results DIR] [--out docs/CORPUS_BUDGET.md] [--title TITLE] [--render-only]
+        [--results DIR] [--out docs/CORPUS_BUDGET.md] [--title TITLE] [--render-only | --rescore]
 
 The equal-time companion of experiments/corpus_compare.py, which compares the same runs
 per update: by default ``corpus_compare.MAIN_RUNS`` (local-p with the demo's settings and
@@ -16,7 +16,9 @@ Debian's manuals (``CORPORA``). The runs go seed by seed, then corpus by corpus,
 ``RUNS`` order. Each finished run writes
 ``docs/experiments/corpus_budget/CORPUS/NAME.seedK.json`` (``--results`` elsewhere) and
 re-renders docs/CORPUS_BUDGET.md; a run whose JSON has the same options and minutes is
-skipped, so the study resumes where it stopped.
+skipped, so the study resumes where it stopped. ``--rescore`` trains nothing: it scores the
+finished runs' test output again (their folders must still hold it) and adds BLEU's length
+ratio, brevity penalty and n-gram precisions to JSONs written before they were recorded.
 """
 
 import argparse
@@ -26,6 +28,7 @@ import subprocess
 import textwrap
 import threading
 import time
+from typing import Optional
 
 from experiments import corpus_compare, harness
 from experiments.budget import cell
@@ -45,6 +48,8 @@ DECODE = [
     "--required-batch-size-multiple", "1",  # fairseq would drop the last partial batch
     "--print-alignment", "soft",
 ]  # fmt: skip
+# what report.json gives of a BLEU score's length (luong_plugin.analysis.report.bleu_lengths)
+LENGTHS = ("length_ratio", "brevity_penalty", "bleu_precisions")
 COLUMNS = (("updates", 0), ("best_valid_ppl", 2), ("bleu", 2), ("chrf", 2))  # key, decimals
 _render_lock = threading.Lock()  # runs finish on several threads; one page write at a time
 
@@ -92,9 +97,7 @@ def train(corpus: str, name: str, seed: int, args) -> dict:
     generate_cmd = [os.path.join(tools, "fairseq-generate"), os.path.join(data, "bin"),
                     *languages, "--path", checkpoint, *DECODE]  # fmt: skip
     train_log, gen = os.path.join(run_dir, "train.log"), os.path.join(run_dir, "test.gen.txt")
-    report_cmd = [args.python, "-m", "luong_plugin.analysis.report", gen,
-                  "--reference", os.path.join(data, "raw", f"test.{tgt}"),
-                  "--out-dir", run_dir, "--train-log", train_log]  # fmt: skip
+    report_cmd = _report_cmd(args.python, run_dir, data, tgt)
     threads = str(args.threads)
     env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     label = f"{corpus} {name} seed {seed}"
@@ -121,9 +124,50 @@ def train(corpus: str, name: str, seed: int, args) -> dict:
         "valid_ppl": {str(u): p for u, p in sorted(valid.items())},
         "bleu": scores["bleu"], "chrf": scores["chrf"],
         "bleu_signature": scores["bleu_signature"], "chrf_signature": scores["chrf_signature"],
+        **{key: scores[key] for key in LENGTHS},
         "started": started, "commit": commit, "machine": harness.machine(),
     }  # fmt: skip
     harness.write_json(harness.result_path(results_dir(corpus, args.results), name, seed), result)
+    return result
+
+
+def _report_cmd(python: str, run_dir: str, data: str, tgt: str) -> list:
+    """luong_plugin.analysis.report on a run's decoded test split (``data``: the corpus's
+    folder, absolute): its scores in ``run_dir``/report.json."""
+    return [python, "-m", "luong_plugin.analysis.report", os.path.join(run_dir, "test.gen.txt"),
+            "--reference", os.path.join(data, "raw", f"test.{tgt}"),
+            "--out-dir", run_dir, "--train-log", os.path.join(run_dir, "train.log")]  # fmt: skip
+
+
+def rescore(corpus: str, name: str, seed: int, args) -> Optional[dict]:
+    """Score a finished run's decoded test split again and add what its JSON lacks of the
+    report (``LENGTHS``: BLEU's length ratio, brevity penalty and n-gram precisions, which
+    runs scored before the report gave them lack), with the commit that added them
+    (``rescored``). The
+    run's folder must still hold its output, and the scores must repeat the JSON's: a folder
+    that another run has written since stops it. None where the run has no JSON."""
+    path = harness.result_path(results_dir(corpus, args.results), name, seed)
+    result = harness.read_json(path)
+    if result is None:
+        return None
+    _, data, _, tgt = CORPORA[corpus]
+    run_dir = os.path.join(RUN_DIRS, corpus, f"{name}.seed{seed}")
+    label = f"{corpus} {name} seed {seed}"
+    if not os.path.exists(os.path.join(run_dir, "test.gen.txt")):
+        raise RuntimeError(f"{label}: no {run_dir}/test.gen.txt to score again")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    report_cmd = _report_cmd(args.python, run_dir, os.path.join(harness.REPO, data), tgt)
+    _step(report_cmd, os.path.join(run_dir, "report.log"), env, f"{label}: report")
+    with open(os.path.join(run_dir, "report.json"), encoding="utf-8") as f:
+        scores = json.load(f)
+    for key in ("bleu", "chrf", "bleu_signature", "chrf_signature"):
+        if scores[key] != result[key]:
+            raise RuntimeError(f"{label}: {run_dir} scores {key} {scores[key]}, its JSON "
+                               f"{result[key]}: the folder holds another run's output")  # fmt: skip
+    result.update({key: scores[key] for key in LENGTHS})
+    result["rescored"] = {"commit": harness.describe_commit(),
+                          "at": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+    harness.write_json(path, result)
     return result
 
 
@@ -228,18 +272,24 @@ def parse_args(argv=None):
     p.add_argument("--out", default=PAGE)
     p.add_argument("--title", default=TITLE, help="the page's title")
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--rescore", action="store_true",
+                   help="train nothing: score the finished runs' test output again and add "
+                        "BLEU's length ratio, brevity penalty and precisions to their JSON")
     # fmt: on
     args = p.parse_args(argv)
+    if args.rescore and args.render_only:
+        p.error("--rescore and --render-only: give one of them")
     if not args.minutes > 0:  # also refuses nan
         p.error(f"--minutes must be > 0, got {args.minutes}")
     harness.at_least_one(p, args, ("jobs", "threads", "seeds"))
     for option in ("corpora", "runs", "seeds"):
         harness.each_once(p, f"--{option}", getattr(args, option))
     args.results = os.path.abspath(args.results)
-    if not args.render_only:
+    if not args.render_only:  # --rescore reads the test references too
         for corpus in args.corpora:
             recipe, data, _, tgt = CORPORA[corpus]
-            for needed in ("bin", os.path.join("raw", f"test.{tgt}")):
+            test = os.path.join("raw", f"test.{tgt}")
+            for needed in (test,) if args.rescore else ("bin", test):
                 if not os.path.exists(os.path.join(harness.REPO, data, needed)):
                     p.error(f"--corpora {corpus}: no {data}/{needed}: prepare the corpus "
                             f"first with {recipe}")  # fmt: skip
@@ -248,7 +298,17 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not args.render_only:
+    if args.rescore:
+        for corpus, name, seed in [(c, n, s) for s in args.seeds for c in args.corpora
+                                   for n in args.runs]:  # fmt: skip
+            r = rescore(corpus, name, seed, args)
+            if r is not None:
+                print(
+                    f"{corpus} {name} seed {seed}: sacreBLEU {r['bleu']}, length ratio "
+                    f"{r['length_ratio']}, brevity penalty {r['brevity_penalty']}",
+                    flush=True,
+                )
+    elif not args.render_only:
         todo = [(c, n, s) for s in args.seeds for c in args.corpora for n in args.runs
                 if not done(c, n, s, args.minutes, args.results)]  # fmt: skip
         print(f"{len(todo)} runs to train, {args.minutes:g} minutes each, {args.jobs} at once, "

@@ -1,6 +1,7 @@
 """Reading fairseq-generate output, heatmaps and the demo report."""
 
 import json
+import math
 import os
 
 import numpy as np
@@ -69,6 +70,28 @@ def test_report_scores_with_signatures(tmp_path, capsys):
     assert saved["bleu"] == 100.0 and saved["chrf"] == 100.0 and saved["sentences"] == 2
     assert saved["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert saved["training"] is None  # no --train-log given
+
+
+def test_report_gives_bleus_length_ratio_brevity_penalty_and_precisions(tmp_path, capsys):
+    """One hypothesis cut to its first three words: 8 hypothesis tokens against 10 reference
+    tokens, every n-gram of it in the reference. sacreBLEU's definition by hand: ratio 0.8,
+    brevity penalty exp(1 - 10 / 8) = 0.7788, precisions 100%, BLEU 100 x 0.7788."""
+    short = "\n".join(line for line in OUTPUT.splitlines() if not line.startswith("A-0"))
+    short = short.replace(
+        "H-0\t-0.25\t▁In ▁the ▁beginning ▁God ▁created", "H-0\t-0.25\t▁In ▁the ▁beginning"
+    )
+    gen = tmp_path / "gen.txt"
+    gen.write_text(short + "\n", encoding="utf-8")
+    ref = tmp_path / "test.en"
+    ref.write_text("In the beginning God created\nthe house of the Lord\n", encoding="utf-8")
+    report_main([str(gen), "--reference", str(ref), "--out-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    penalty = math.exp(1 - 10 / 8)
+    assert saved["length_ratio"] == 0.8
+    assert saved["brevity_penalty"] == round(penalty, 3)
+    assert saved["bleu_precisions"] == [100.0] * 4
+    assert saved["bleu"] == round(100 * penalty, 2)
+    assert "length ratio 0.8 (hypothesis / reference tokens)" in capsys.readouterr().out
 
 
 TRAIN_LOG = """\

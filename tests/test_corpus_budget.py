@@ -2,6 +2,8 @@
 count as done, and the options it refuses. No training."""
 
 import json
+import math
+import sys
 
 import pytest
 
@@ -133,3 +135,72 @@ def test_a_failed_step_names_the_run_its_exit_code_and_its_log(monkeypatch, tmp_
     log = tmp_path / "runs" / "bible_es_en" / "lstm.seed2" / "train.log"
     assert str(error.value) == f"bible_es_en lstm seed 2: fairseq-train failed (exit 3): see {log}"
     assert not (tmp_path / "results").exists()
+
+
+GEN = """S-0\t▁E n ▁el ▁principio
+H-0\t-0.25\t▁In ▁the ▁beginning
+S-1\t▁la ▁casa ▁de ▁Jehová
+H-1\t-0.5\t▁the ▁house ▁of ▁the ▁Lord
+"""
+
+
+def _finished_run(monkeypatch, tmp_path, **changed):
+    """A run's folder holding its decoded test split, and its JSON as a run scored before
+    the report gave BLEU's lengths wrote it (``changed`` alters that JSON)."""
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    (data / "raw" / "test.en").write_text("In the beginning God created\nthe house of the Lord\n")
+    monkeypatch.setitem(corpus_budget.CORPORA, "bible_es_en", ("prepare.sh", str(data), "es", "en"))
+    monkeypatch.setattr(corpus_budget, "RUN_DIRS", str(tmp_path / "runs"))
+    run_dir = tmp_path / "runs" / "bible_es_en" / "global.seed1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "test.gen.txt").write_text(GEN, encoding="utf-8")
+    from luong_plugin.analysis.report import main as report_main
+
+    report_main([str(run_dir / "test.gen.txt"), "--reference", str(data / "raw" / "test.en"),
+                 "--out-dir", str(run_dir)])  # fmt: skip
+    scores = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+    (run_dir / "report.json").unlink()
+    keep = {key: scores[key] for key in ("bleu", "chrf", "bleu_signature", "chrf_signature")}
+    r = result("global", 1, **{**keep, **changed})
+    save(tmp_path / "results", r)
+    args = corpus_budget.parse_args(
+        [
+            "--rescore",
+            "--corpora",
+            "bible_es_en",
+            "--results",
+            str(tmp_path / "results"),
+            "--python",
+            sys.executable,
+        ]
+    )
+    return args, tmp_path / "results" / "bible_es_en" / "global.seed1.json"
+
+
+def test_rescore_adds_bleus_lengths_to_a_finished_runs_json(monkeypatch, tmp_path):
+    """8 hypothesis tokens against 10: ratio 0.8, brevity penalty exp(1 - 10 / 8)."""
+    args, path = _finished_run(monkeypatch, tmp_path)
+    before = json.loads(path.read_text())
+    corpus_budget.rescore("bible_es_en", "global", 1, args)
+    after = json.loads(path.read_text())
+    assert after["length_ratio"] == 0.8
+    assert after["brevity_penalty"] == round(math.exp(1 - 10 / 8), 3)
+    assert after["bleu_precisions"] == [100.0] * 4
+    assert set(after["rescored"]) == {"commit", "at"}
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing else moves
+    assert corpus_budget.rescore("bible_es_en", "lstm", 1, args) is None  # no JSON: skipped
+
+
+def test_rescore_stops_where_the_folder_holds_another_runs_output(monkeypatch, tmp_path):
+    args, path = _finished_run(monkeypatch, tmp_path, bleu=12.0)
+    before = path.read_text()
+    with pytest.raises(RuntimeError, match="scores bleu .*its JSON 12.0: the folder holds"):
+        corpus_budget.rescore("bible_es_en", "global", 1, args)
+    assert path.read_text() == before
+
+
+def test_rescore_and_render_only_are_one_or_the_other(capsys):
+    with pytest.raises(SystemExit):
+        corpus_budget.parse_args(["--rescore", "--render-only"])
+    assert "--rescore and --render-only: give one of them" in capsys.readouterr().err

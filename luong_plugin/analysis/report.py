@@ -5,7 +5,8 @@
 Prints sacreBLEU and chrF with their signatures (detokenised output against the
 raw reference), a few sample translations, and the path of an attention heatmap;
 writes DIR/test.hyp (one detokenised hypothesis per reference line) and
-DIR/report.json (the scores, their signatures and the training summary).
+DIR/report.json (the scores, their signatures, BLEU's length ratio, brevity penalty and
+n-gram precisions, and the training summary).
 """
 
 import argparse
@@ -25,6 +26,17 @@ def score(hypotheses, references):
         (bleu.corpus_score(hypotheses, [references]), bleu.get_signature()),
         (chrf.corpus_score(hypotheses, [references]), chrf.get_signature()),
     )
+
+
+def bleu_lengths(bleu) -> dict:
+    """What a sacreBLEU score owes to length: the hypothesis' tokens over the reference's, the
+    brevity penalty (1 from a ratio of 1 up, exp(1 - 1 / ratio) below) and the 1- to 4-gram
+    precisions (%), the score being their geometric mean times the penalty."""
+    return {
+        "length_ratio": round(bleu.sys_len / bleu.ref_len, 3) if bleu.ref_len else None,
+        "brevity_penalty": round(bleu.bp, 3),
+        "bleu_precisions": [round(p, 1) for p in bleu.precisions],
+    }
 
 
 VALIDATION = re.compile(r"\| valid \|.*?\| loss ([0-9.]+) .*?\| ppl ([0-9.]+) .*?num_updates (\d+)")
@@ -102,6 +114,11 @@ def main(argv=None):
                   f"{best['valid_loss']}, perplexity {best['valid_ppl']}")  # fmt: skip
     print(f"sacreBLEU {bleu.score:.2f}  ({bleu_sig})")
     print(f"chrF2     {chrf.score:.2f}  ({chrf_sig})")
+    lengths = bleu_lengths(bleu)
+    print(
+        "BLEU's length ratio {length_ratio} (hypothesis / reference tokens), brevity penalty "
+        "{brevity_penalty}, n-gram precisions {bleu_precisions}".format(**lengths)
+    )
     with open(os.path.join(args.out_dir, "report.json"), "w", encoding="utf-8") as f:
         json.dump(
             {
@@ -110,6 +127,7 @@ def main(argv=None):
                 "bleu_signature": str(bleu_sig),
                 "chrf": round(chrf.score, 2),
                 "chrf_signature": str(chrf_sig),
+                **lengths,
                 "training": summary,
             },
             f,
