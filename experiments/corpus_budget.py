@@ -308,7 +308,8 @@ def main(argv=None):
                     f"{r['length_ratio']}, brevity penalty {r['brevity_penalty']}",
                     flush=True,
                 )
-    elif not args.render_only:
+        return  # no cell of a page changes: nothing to render
+    if not args.render_only:
         todo = [(c, n, s) for s in args.seeds for c in args.corpora for n in args.runs
                 if not done(c, n, s, args.minutes, args.results)]  # fmt: skip
         print(f"{len(todo)} runs to train, {args.minutes:g} minutes each, {args.jobs} at once, "
