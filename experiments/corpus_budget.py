@@ -58,6 +58,16 @@ def results_dir(corpus: str, root: str = RESULTS) -> str:
     return os.path.join(root, corpus)
 
 
+def run_folder(corpus: str, name: str, seed: int) -> str:
+    """A run's folder: its training log, checkpoint and decoded test split."""
+    return os.path.join(RUN_DIRS, corpus, f"{name}.seed{seed}")
+
+
+def _every_run(args):
+    """(corpus, name, seed) of every run asked for, seed by seed, then corpus by corpus."""
+    return [(c, n, s) for s in args.seeds for c in args.corpora for n in args.runs]
+
+
 def done(corpus: str, name: str, seed: int, minutes: float, root: str = RESULTS) -> bool:
     """Whether this run's JSON exists and measured the same options for the same minutes."""
     r = harness.read_json(harness.result_path(results_dir(corpus, root), name, seed))
@@ -78,7 +88,7 @@ def train(corpus: str, name: str, seed: int, args) -> dict:
     _, data, src, tgt = CORPORA[corpus]
     what, options = RUNS[name]
     data = os.path.join(harness.REPO, data)
-    run_dir = os.path.join(RUN_DIRS, corpus, f"{name}.seed{seed}")
+    run_dir = run_folder(corpus, name, seed)
     os.makedirs(run_dir, exist_ok=True)
     for stale in ("checkpoint_best.pt", "checkpoint_last.pt", "test.gen.txt", "report.json"):
         if os.path.exists(os.path.join(run_dir, stale)):  # never score an earlier run's model
@@ -143,15 +153,15 @@ def rescore(corpus: str, name: str, seed: int, args) -> Optional[dict]:
     """Score a finished run's decoded test split again and add what its JSON lacks of the
     report (``LENGTHS``: BLEU's length ratio, brevity penalty and n-gram precisions, which
     runs scored before the report gave them lack), with the commit that added them
-    (``rescored``). The
-    run's folder must still hold its output, and the scores must repeat the JSON's: a folder
-    that another run has written since stops it. None where the run has no JSON."""
+    (``rescored``). The run's folder must still hold its output, and the scores must repeat
+    the JSON's: a folder that another run has written since stops it. None where the run has
+    no JSON."""
     path = harness.result_path(results_dir(corpus, args.results), name, seed)
     result = harness.read_json(path)
     if result is None:
         return None
     _, data, _, tgt = CORPORA[corpus]
-    run_dir = os.path.join(RUN_DIRS, corpus, f"{name}.seed{seed}")
+    run_dir = run_folder(corpus, name, seed)
     label = f"{corpus} {name} seed {seed}"
     if not os.path.exists(os.path.join(run_dir, "test.gen.txt")):
         raise RuntimeError(f"{label}: no {run_dir}/test.gen.txt to score again")
@@ -299,8 +309,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if args.rescore:
-        for corpus, name, seed in [(c, n, s) for s in args.seeds for c in args.corpora
-                                   for n in args.runs]:  # fmt: skip
+        for corpus, name, seed in _every_run(args):
             r = rescore(corpus, name, seed, args)
             if r is not None:
                 print(
@@ -310,8 +319,7 @@ def main(argv=None):
                 )
         return  # no cell of a page changes: nothing to render
     if not args.render_only:
-        todo = [(c, n, s) for s in args.seeds for c in args.corpora for n in args.runs
-                if not done(c, n, s, args.minutes, args.results)]  # fmt: skip
+        todo = [r for r in _every_run(args) if not done(*r, args.minutes, args.results)]
         print(f"{len(todo)} runs to train, {args.minutes:g} minutes each, {args.jobs} at once, "
               f"{args.threads} thread(s) each", flush=True)  # fmt: skip
 
