@@ -7,10 +7,10 @@ import contextlib
 import io
 import logging
 import os
-import subprocess
 from collections import defaultdict
 
-from conftest import REPO, VENV_BIN, generate_args, train_args
+import forked_tools
+from conftest import REPO, VENV_BIN, generate_args, tool_env, train_args
 
 # ---- the models, and what each test records -------------------------------------------
 
@@ -97,29 +97,17 @@ def fairseq_train(data, save_dir, options, *extra):
 
 
 def run_parallel(commands, jobs=2):
-    """Run the commands two at a time (a 2-core machine); their outputs, in order."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    """Run fairseq console scripts' commands two at a time (a 2-core machine), each in a
+    process of its own (forked_tools); their stdout then stderr, in order."""
     outputs, running = [None] * len(commands), []
-    for i, cmd in enumerate(commands):
-        running.append(
-            (
-                i,
-                cmd,
-                subprocess.Popen(
-                    [str(c) for c in cmd],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    env=env,
-                    cwd=REPO,
-                ),
-            )
-        )
+    for i, (tool, *args) in enumerate(commands):
+        running.append((i, [tool, *args], forked_tools.start(tool, args, tool_env(), REPO)))
         if len(running) == jobs or i == len(commands) - 1:
-            for j, command, proc in running:
-                out = proc.communicate()[0]
-                assert proc.returncode == 0, f"{' '.join(map(str, command))}\n{out[-3000:]}"
-                outputs[j] = out
+            for j, command, started in running:
+                status, out, err = started.wait()
+                output = out + err
+                assert status == 0, f"{' '.join(map(str, command))}\n{output[-3000:]}"
+                outputs[j] = output
             running = []
     return outputs
 

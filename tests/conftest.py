@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import forked_tools
 import pytest
 import torch
 from fairseq.data import Dictionary
@@ -255,12 +256,23 @@ def _one_thread():
 # ---- fairseq command-line tools on real text (one build per test session) ----
 
 
+def tool_env():
+    """The environment a fairseq tool runs in here: one thread (tiny models)."""
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def run_tool(tool, *args, input=None):
+    """Run fairseq's console script ``tool`` in a process of its own that skips the
+    imports (forked_tools): (exit status, stdout, stderr)."""
+    return forked_tools.run(os.path.join(VENV_BIN, tool), args, tool_env(), REPO, input=input)
+
+
 def fairseq(tool, *args, input=None):
-    cmd = [os.path.join(VENV_BIN, tool), *map(str, args)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, input=input, env=env, cwd=REPO)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout + proc.stderr
+    """The same, which must succeed: its stdout then stderr."""
+    status, out, err = run_tool(tool, *args, input=input)
+    command = " ".join([tool, *map(str, args)])
+    assert status == 0, f"{command}\n{out[-3000:]}\n{err[-3000:]}"
+    return out + err
 
 
 def train_args(data, save_dir, *model, max_tokens=2000, schedule=(), log_format="simple"):

@@ -4,13 +4,10 @@ build_model when they bypass the parser), and sizes that cannot fit together. Ba
 sources and checkpoints: test_bad_input.py; through fairseq's command-line tools:
 test_bad_input_tools.py."""
 
-import os
-import subprocess
-import sys
 from dataclasses import fields
 
 import pytest
-from conftest import USER_DIR, build, parse_training_args
+from conftest import USER_DIR, build, parse_training_args, run_tool
 
 from luong_plugin.models import bahdanau, luong
 from luong_plugin.models.config import TASK_OPTIONS
@@ -142,12 +139,12 @@ def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
 )
 def test_fairseq_train_refuses_a_bad_value_in_one_line(argv, message):
     """The real command: argparse's error as its last line, exit 2, no traceback."""
-    train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
-    run = subprocess.run([train, "/no/data", "--user-dir", USER_DIR, "--arch", "luong_tiny", *argv],
-                         capture_output=True, text=True)  # fmt: skip
-    assert run.returncode == 2
-    assert run.stderr.splitlines()[-1] == f"fairseq-train: error: {message}"
-    assert "Traceback" not in run.stderr
+    status, _, err = run_tool(
+        "fairseq-train", "/no/data", "--user-dir", USER_DIR, "--arch", "luong_tiny", *argv
+    )
+    assert status == 2
+    assert err.splitlines()[-1] == f"fairseq-train: error: {message}"
+    assert "Traceback" not in err
 
 
 # -- window sizes ---------------------------------------------------------------------

@@ -18,22 +18,20 @@ significant bits, bf16 8.
 """
 
 import copy
-import subprocess
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import (
-    REPO,
     USER_DIR,
     VARIANTS,
-    VENV_BIN,
     batch,
     build,
     close,
     fairseq,
     generate,
     parse,
+    run_tool,
     spread_parameters,
     steps_to_compare,
     train_args,
@@ -221,12 +219,7 @@ def test_memory_efficient_fp16_trains_and_fp16_decodes(bible, tmp_path, model):
 @pytest.mark.slow
 def test_fairseq_bf16_without_torch_xla_is_refused_clearly(bible, tmp_path):
     args = train_args(bible / "bin", tmp_path, "--arch", "luong_tiny", schedule=("--max-update", 2))
-    proc = subprocess.run(
-        [f"{VENV_BIN}/fairseq-train", *map(str, args), "--bf16"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
-    assert proc.returncode != 0
-    assert BF16_REFUSAL in proc.stderr
-    assert "Traceback" not in proc.stderr
+    status, _, err = run_tool("fairseq-train", *args, "--bf16")
+    assert status != 0
+    assert BF16_REFUSAL in err
+    assert "Traceback" not in err
