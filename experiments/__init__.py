@@ -12,6 +12,8 @@ and renders the page that shows them (harness.py: what they share):
 - ``ladder``: the papers' Tables 1 and 4 at CPU scale, word level (docs/RESULTS.md);
 - ``corpus_compare``: make demo's choices on another corpus and its own, per update (docs/CORPORA.md);
 - ``corpus_budget``: the same choices at equal time on two corpora, BLEU (docs/CORPUS_BUDGET.md);
+- ``length_penalty``: a corpus_budget sitting's runs decoded again, the length penalty
+  chosen on the valid split (docs/LENGTH_PENALTY.md);
 - ``source_dependence``: whether a checkpoint reads its source.
 
 Nothing in ``luong_plugin`` imports this package.

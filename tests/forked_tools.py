@@ -1,10 +1,10 @@
-"""fairseq's command-line tools for the tests, each command in a process of its own,
+"""fairseq's command-line tools (and ours) for the tests, each command in a process of its own,
 forked from a waiting process that has already imported the tool.
 
 A fresh ``fairseq-train`` spends about 5 s importing torch, fairseq and what fairseq
 imports (scikit-learn, scipy) before it reads its first argument; the suite starts over a
 hundred of them. Here a tool's imports are paid once per test process: a *zygote* runs
-the console script's own first line (``from fairseq_cli.<tool> import cli_main``) and then
+the console script's own first line (``from fairseq_cli.<tool> import cli_main``), then
 waits; each command forks it, and the child does what the rest of the console script does
 (``sys.exit(cli_main())``) with the command's argv, environment, working directory and
 standard streams. So every command still runs alone, through fairseq's entry point, and
@@ -24,17 +24,18 @@ import subprocess
 import sys
 import tempfile
 import threading
+from importlib.metadata import entry_points
 
-ENTRY_POINTS = {  # console script -> the module its cli_main comes from (fairseq's setup.py)
-    "fairseq-train": "fairseq_cli.train",
-    "fairseq-generate": "fairseq_cli.generate",
-    "fairseq-interactive": "fairseq_cli.interactive",
-    "fairseq-preprocess": "fairseq_cli.preprocess",
-    "fairseq-hydra-train": "fairseq_cli.hydra_train",
-    "fairseq-validate": "fairseq_cli.validate",
-    "fairseq-score": "fairseq_cli.score",
-    "fairseq-eval-lm": "fairseq_cli.eval_lm",
-}
+
+def entry_point(tool_path):
+    """(module, function) of an installed console script: fairseq's, or ours."""
+    name = os.path.basename(tool_path)
+    found = [e for e in entry_points(group="console_scripts") if e.name == name]
+    if len(found) != 1:
+        raise ValueError(f"{tool_path}: {len(found)} installed console scripts are named {name}")
+    return found[0].module, found[0].attr
+
+
 # Modules a command imports anyway, later than its first line, at a cost worth paying
 # once: torch.optim.Optimizer imports torch._dynamo (about 2.5 s) when the first optimizer
 # is built. Imported after the tool's module, as in the command itself, so the logging
@@ -44,20 +45,20 @@ IMPORTED_LATER = {
     "fairseq_cli.hydra_train": ("torch._dynamo",),
 }
 
-# What a zygote runs: ``-c ZYGOTE TOOL_PATH MODULE REQUESTS_FD STATUSES_FD [LATER...]``, its stdout
-# and stderr in files. After the import it keeps what the import printed (fairseq logs a
-# line while it imports); each child prints that first, as a fresh process would. Then
-# requests come as one JSON line each, and the exit status of each command goes back.
-# The child puts the command's files on fds 0-2, so the zygote's own sys.stdin/out/err
-# (never read, flushed before each fork) become the command's, with the buffering a
-# fresh process would give them: full, as none of them is a terminal.
+# What a zygote runs: ``-c ZYGOTE TOOL_PATH MODULE FUNCTION REQUESTS_FD STATUSES_FD
+# [LATER...]``, its stdout and stderr in files. After the imports it keeps what they
+# printed (fairseq logs a line while it imports); each child prints that first, as a fresh
+# process would. Then requests come as one JSON line each, and the exit status of each
+# command goes back. The child puts the command's files on fds 0-2, so the zygote's own
+# sys.stdin/out/err (never read, flushed before each fork) become the command's, buffered
+# as a fresh process with that environment would buffer them (none is a terminal).
 ZYGOTE = r"""
 import json, os, sys
-tool_path, module, requests, statuses, *later = sys.argv[1:]
+tool_path, module, function, requests, statuses, *later = sys.argv[1:]
 sys.path[0] = os.path.dirname(tool_path)  # a console script's sys.path[0]: its bin/
 sys.argv = [tool_path]
 from importlib import import_module
-cli_main = import_module(module).cli_main
+cli_main = getattr(import_module(module), function)
 for name in later:
     import_module(name)
 sys.stdout.flush()
@@ -90,7 +91,8 @@ for line in requests:
 class Zygote:
     """One waiting process that has imported one tool, for one environment."""
 
-    def __init__(self, tool_path, module, env, cwd):
+    def __init__(self, tool_path, env, cwd):
+        module, function = entry_point(tool_path)
         requests_read, requests_write = os.pipe()
         statuses_read, statuses_write = os.pipe()
         self._printed = tempfile.TemporaryDirectory(prefix="zygote_")
@@ -99,7 +101,7 @@ class Zygote:
             open(os.path.join(self._printed.name, "err"), "w+") as err,
         ):
             self.process = subprocess.Popen(
-                [sys.executable, "-c", ZYGOTE, tool_path, module]
+                [sys.executable, "-c", ZYGOTE, tool_path, module, function]
                 + [str(requests_read), str(statuses_write), *IMPORTED_LATER.get(module, ())],
                 env=env,
                 cwd=cwd,
@@ -141,7 +143,7 @@ def _take(tool_path, env, cwd):
     with _lock:
         if _idle.get(key):
             return key, _idle[key].pop()
-    return key, Zygote(tool_path, ENTRY_POINTS[os.path.basename(tool_path)], env, cwd)
+    return key, Zygote(tool_path, env, cwd)
 
 
 def _give_back(key, zygote):

@@ -1,0 +1,305 @@
+"""Finished equal-time runs decoded again: fairseq's length penalty chosen on the valid split.
+
+    python -m experiments.length_penalty --budget-results DIR [--corpora ...] [--runs ...]
+        [--seeds 1 2] [--lenpens 0.6 1 1.4 1.8 2.2] [--jobs 2] [--results DIR] [--out PAGE]
+        [--render-only]
+
+experiments/corpus_budget decodes every run's best checkpoint with beam 5 and fairseq's
+``--lenpen 1``: a finished hypothesis scores its log-probability over its length to the
+power 1, and a larger power favours longer ones. Where one model's translations come out
+shorter than another's, that one setting may decide which scores higher. This study takes
+the runs of one corpus_budget sitting (their JSONs under ``--budget-results``, their
+checkpoints in corpus_budget's run folders), and for each:
+
+- decodes the valid split with beam 5 at every ``--lenpens`` value, and with beam 1
+  (greedy, no length penalty at work), scoring each with sacreBLEU and chrF2 and BLEU's
+  length ratio;
+- chooses the value with the highest valid sacreBLEU (a tie goes to the value nearest 1);
+- decodes the test split at that value, and at 1 as a check that it repeats the
+  sitting's score.
+
+The checkpoint must be the one the sitting's JSON decoded (its update is compared). Each
+finished run writes ``docs/experiments/length_penalty/CORPUS/NAME.seedK.json``
+(``--results`` elsewhere) and the page is rendered again; a run whose JSON has the same
+values and checkpoint is skipped. Decoding is not timed, so other work may run beside it.
+"""
+
+import argparse
+import os
+import subprocess
+import textwrap
+import time
+
+from experiments import corpus_budget, harness
+from experiments.budget import cell
+from luong_plugin.analysis.generate_output import decode_pieces, parse_generate
+from luong_plugin.analysis.report import bleu_lengths, score
+
+RESULTS = harness.results_dir("length_penalty")
+PAGE = os.path.join(harness.REPO, "docs", "LENGTH_PENALTY.md")
+LENPENS = [0.6, 1.0, 1.4, 1.8, 2.2]
+DEFAULT_RUNS = ["local-p", "global"]
+# corpus_budget's decoding (demo.sh's beam 5, every sentence) without the alignments,
+# which change no hypothesis
+DECODE = ["--batch-size", "64", "--required-batch-size-multiple", "1"]
+
+
+def results_dir(corpus: str, root: str = RESULTS) -> str:
+    return os.path.join(root, corpus)
+
+
+def checkpoint_update(path: str) -> int:
+    """The update a fairseq checkpoint was saved at."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return state["optimizer_history"][-1]["num_updates"]
+
+
+def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, out: str, python):
+    """Decode ``split`` with ``checkpoint``; its scores against the raw reference."""
+    _, data, src, tgt = corpus_budget.CORPORA[corpus]
+    data = os.path.join(harness.REPO, data)
+    cmd = [
+        harness.WITH_TCMALLOC, os.path.join(os.path.dirname(python), "fairseq-generate"),
+        os.path.join(data, "bin"), "--source-lang", src, "--target-lang", tgt,
+        "--user-dir", harness.USER_DIR, "--path", checkpoint, "--gen-subset", split,
+        "--beam", str(beam), "--lenpen", str(lenpen), *DECODE,
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with open(out, "w", encoding="utf-8") as f, open(out + ".log", "w") as log:
+        code = subprocess.call(cmd, stdout=f, stderr=log, env=env, cwd=harness.REPO)
+    if code != 0:
+        raise RuntimeError(f"fairseq-generate failed (exit {code}): see {out}.log")
+    with open(out, encoding="utf-8") as f:
+        rows = parse_generate(f.read())
+    with open(os.path.join(data, "raw", f"{split}.{tgt}"), encoding="utf-8") as f:
+        references = f.read().splitlines()
+    missing = [i for i in range(len(references)) if i not in rows]
+    if missing:
+        raise RuntimeError(f"{out}: {len(missing)} of {len(references)} sentences undecoded")
+    hypotheses = [decode_pieces(rows[i].hypothesis) for i in range(len(references))]
+    (bleu, _), (chrf, _) = score(hypotheses, references)
+    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), **bleu_lengths(bleu)}
+
+
+def choose(valid: dict) -> float:
+    """The length penalty of the highest valid sacreBLEU; a tie goes to the one nearest 1."""
+    return max((float(k) for k in valid), key=lambda lp: (valid[str(lp)]["bleu"], -abs(lp - 1)))
+
+
+def done(path: str, budget_json: str, lenpens) -> bool:
+    r = harness.read_json(path)
+    return r is not None and r["lenpens"] == lenpens and r["budget_json"] == budget_json
+
+
+def one_run(corpus: str, name: str, seed: int, args) -> dict:
+    budget_path = harness.result_path(corpus_budget.results_dir(corpus, args.budget_results),
+                                      name, seed)  # fmt: skip
+    budget = harness.read_json(budget_path)
+    label = f"{corpus} {name} seed {seed}"
+    run_dir = corpus_budget.run_folder(corpus, name, seed)
+    checkpoint = os.path.join(run_dir, "checkpoint_best.pt")
+    if not os.path.exists(checkpoint):
+        raise RuntimeError(f"{label}: no {checkpoint}")
+    update = checkpoint_update(checkpoint)
+    if update != budget["best_checkpoint"]["update"]:
+        raise RuntimeError(f"{label}: {checkpoint} was saved at update {update}, "
+                           f"{budget_path} decoded update {budget['best_checkpoint']['update']}: "
+                           "the folder holds another run's model")  # fmt: skip
+    out_dir = os.path.join(run_dir, "length_penalty")
+    os.makedirs(out_dir, exist_ok=True)
+
+    def decode(split, beam, lenpen):
+        out = os.path.join(out_dir, f"{split}.beam{beam}.lenpen{lenpen:g}.txt")
+        return decoded(corpus, checkpoint, split, beam, lenpen, out, args.python)
+
+    started = time.strftime("%Y-%m-%d %H:%M")
+    valid = {str(lp): decode("valid", 5, lp) for lp in args.lenpens}
+    greedy = decode("valid", 1, 1.0)
+    chosen = choose(valid)
+    test = {str(lp): decode("test", 5, lp) for lp in sorted({1.0, chosen})}
+    if test["1.0"]["bleu"] != budget["bleu"]:
+        raise RuntimeError(f"{label}: test at --lenpen 1 scores {test['1.0']['bleu']}, "
+                           f"{budget_path} {budget['bleu']}")  # fmt: skip
+    result = {
+        "name": name, "corpus": corpus, "seed": seed, "lenpens": args.lenpens,
+        "budget_json": os.path.relpath(budget_path, harness.REPO),
+        "checkpoint_update": update, "budget_sitting": budget["started"],
+        "valid": valid, "valid_greedy": greedy, "chosen_lenpen": chosen, "test": test,
+        "started": started, "commit": harness.describe_commit(), "machine": harness.machine(),
+    }  # fmt: skip
+    harness.write_json(harness.result_path(results_dir(corpus, args.results), name, seed), result)
+    return result
+
+
+def render(path: str = PAGE, root: str = RESULTS) -> None:
+    """The page, from the JSON files under ``root`` alone."""
+    by_corpus = {c: harness.load_results(results_dir(c, root)) for c in corpus_budget.CORPORA}
+    every = [r for results in by_corpus.values() for r in results.values()]
+    paragraph = (
+        f"Rendered by `python -m experiments.length_penalty` from "
+        f"`{os.path.relpath(root, harness.REPO)}/CORPUS/*.json`. Each run is a finished run of "
+        "an equal-time sitting of `experiments.corpus_budget` (its JSON is named in each file, "
+        "`budget_json`), decoded again from the same best checkpoint: the valid split with "
+        "beam 5 at each of fairseq's `--lenpen` values "
+        f"({', '.join(f'{v:g}' for v in every[0]['lenpens']) if every else 'see the JSON'}; "
+        "the sitting decoded with 1), and with beam 1. The value with the highest valid "
+        "sacreBLEU is chosen, and the test split decoded with it; the test at 1 repeats the "
+        "sitting's score (the study stops where it does not). Length ratio: BLEU's, hypothesis "
+        "over reference tokens. Cells are `mean (seed 1 / seed 2)`, the chosen values "
+        "`seed 1 / seed 2`."
+    )
+    lines = [
+        "# Equal-time runs decoded again: the length penalty chosen on the valid split",
+        "",
+        textwrap.fill(paragraph, 92),
+    ]
+    columns = [
+        ("valid sacreBLEU, lenpen 1", lambda r: r["valid"]["1.0"]["bleu"], 2),
+        ("valid length ratio, lenpen 1", lambda r: r["valid"]["1.0"]["length_ratio"], 3),
+        ("valid length ratio, beam 1", lambda r: r["valid_greedy"]["length_ratio"], 3),
+        ("chosen lenpen", lambda r: r["chosen_lenpen"], None),
+        ("valid sacreBLEU, chosen", lambda r: r["valid"][str(r["chosen_lenpen"])]["bleu"], 2),
+        ("test sacreBLEU, lenpen 1", lambda r: r["test"]["1.0"]["bleu"], 2),
+        ("test sacreBLEU, chosen", lambda r: r["test"][str(r["chosen_lenpen"])]["bleu"], 2),
+        (
+            "test length ratio, chosen",
+            lambda r: r["test"][str(r["chosen_lenpen"])]["length_ratio"],
+            3,
+        ),
+        ("test chrF2, chosen", lambda r: r["test"][str(r["chosen_lenpen"])]["chrf"], 2),
+    ]
+    for corpus, results in by_corpus.items():
+        if not results:
+            continue
+        lines += [
+            "",
+            f"## `{corpus}`",
+            "",
+            f"Decoded: {harness.sittings(results)}. The sitting's runs: "
+            + ", ".join(sorted({f"`{os.path.dirname(r['budget_json'])}/`"
+                                for r in results.values()}))  # fmt: skip
+            + f". Data: `{os.path.relpath(results_dir(corpus, root), harness.REPO)}/`.",
+            "",
+            "| run | " + " | ".join(title for title, _, _ in columns) + " |",
+            "|---|" + "---|" * len(columns),
+        ]
+        for name in corpus_budget.RUNS:
+            mine = {s: r for (n, s), r in results.items() if n == name}
+            if mine:
+                cells = [
+                    (
+                        cell({s: get(r) for s, r in mine.items()}, d)
+                        if d is not None  # a mean of the chosen values would be no one's choice
+                        else " / ".join(f"{get(mine[s]):g}" for s in sorted(mine))
+                    )
+                    for _, get, d in columns
+                ]
+                lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        lines += ["", "Valid sacreBLEU at each length penalty (seed 1 / seed 2):", ""]
+        values = sorted({float(v) for r in results.values() for v in r["valid"]})
+        lines += [
+            "| run | " + " | ".join(f"{v:g}" for v in values) + " |",
+            "|---|" + "---|" * len(values),
+        ]
+        for name in corpus_budget.RUNS:
+            mine = {s: r for (n, s), r in results.items() if n == name}
+            if mine:
+                cells = [
+                    " / ".join(
+                        (
+                            harness.decimal_text(mine[s]["valid"][str(v)]["bleu"])
+                            if str(v) in mine[s]["valid"]
+                            else "–"
+                        )
+                        for s in sorted(mine)
+                    )
+                    for v in values
+                ]
+                lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    notes = os.path.join(root, corpus_budget.NOTES)
+    if os.path.exists(notes):
+        with open(notes, encoding="utf-8") as f:
+            lines += ["", "## Notes", "", f"From `{os.path.relpath(notes, harness.REPO)}`:", ""]
+            lines += [f.read().strip()]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    corpora = list(corpus_budget.CORPORA)
+    # fmt: off
+    p.add_argument("--budget-results", required=True,
+                   help="the corpus_budget sitting's JSON folder (its --results)")
+    p.add_argument("--corpora", nargs="+", default=corpora, choices=corpora, metavar="CORPUS",
+                   help=f"of: {', '.join(corpora)}")
+    p.add_argument("--runs", nargs="+", default=DEFAULT_RUNS, choices=list(corpus_budget.RUNS),
+                   metavar="NAME", help=f"of: {', '.join(corpus_budget.RUNS)}")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--lenpens", nargs="+", type=float, default=LENPENS,
+                   help="fairseq --lenpen values tried on the valid split (1 among them)")
+    p.add_argument("--jobs", type=int, default=2, help="runs decoded at once")
+    p.add_argument("--python", default=harness.PYTHON)
+    p.add_argument("--results", default=RESULTS, help="folder of the JSON results")
+    p.add_argument("--out", default=PAGE)
+    p.add_argument("--render-only", action="store_true")
+    # fmt: on
+    args = p.parse_args(argv)
+    harness.at_least_one(p, args, ("jobs", "seeds"))
+    for option in ("corpora", "runs", "seeds", "lenpens"):
+        harness.each_once(p, f"--{option}", getattr(args, option))
+    if 1.0 not in args.lenpens:
+        p.error(f"--lenpens must include 1 (the sitting's), got {' '.join(map(str, args.lenpens))}")
+    if not all(v >= 0 for v in args.lenpens):  # also refuses nan
+        p.error(f"--lenpens must be >= 0, got {' '.join(map(str, args.lenpens))}")
+    args.lenpens = sorted(args.lenpens)
+    args.results = os.path.abspath(args.results)
+    args.budget_results = os.path.abspath(args.budget_results)
+    if not args.render_only:
+        for corpus in args.corpora:
+            for seed in args.seeds:
+                for name in args.runs:
+                    path = harness.result_path(
+                        corpus_budget.results_dir(corpus, args.budget_results), name, seed
+                    )
+                    if not os.path.exists(path):
+                        p.error(f"--budget-results {args.budget_results}: no {path}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not args.render_only:
+        every = [(c, n, s) for s in args.seeds for c in args.corpora for n in args.runs]
+
+        def pending(run):
+            corpus, name, seed = run
+            budget = harness.result_path(
+                corpus_budget.results_dir(corpus, args.budget_results), name, seed
+            )
+            mine = harness.result_path(results_dir(corpus, args.results), name, seed)
+            return not done(mine, os.path.relpath(budget, harness.REPO), args.lenpens)
+
+        todo = [run for run in every if pending(run)]
+        print(f"{len(todo)} runs to decode, {args.jobs} at once", flush=True)
+
+        def one(numbered):
+            i, (corpus, name, seed) = numbered
+            print(f"[{i}/{len(todo)}] {corpus} {name} seed {seed}: starts "
+                  f"({time.strftime('%H:%M')})", flush=True)  # fmt: skip
+            r = one_run(corpus, name, seed, args)
+            render(args.out, args.results)
+            chosen = str(r["chosen_lenpen"])
+            print(f"[{i}/{len(todo)}] {corpus} {name} seed {seed}: lenpen {chosen} chosen, test "
+                  f"sacreBLEU {r['test']['1.0']['bleu']} -> {r['test'][chosen]['bleu']} "
+                  f"({time.strftime('%H:%M')})", flush=True)  # fmt: skip
+
+        harness.run_all(one, list(enumerate(todo, 1)), args.jobs)
+    render(args.out, args.results)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""experiments/length_penalty.py: the choice on the valid split, the page, the options it
+refuses, and one run end to end on a tiny checkpoint of the Bible slice."""
+
+import json
+
+import pytest
+from conftest import generate, parse, train
+
+from experiments import corpus_budget, length_penalty
+from luong_plugin.analysis.generate_output import decode_pieces
+from luong_plugin.analysis.report import score
+
+
+def scores(bleu, ratio=1.0):
+    return {"bleu": bleu, "chrf": 50.0, "length_ratio": ratio, "brevity_penalty": 1.0,
+            "bleu_precisions": [60.0, 40.0, 30.0, 20.0]}  # fmt: skip
+
+
+def test_the_highest_valid_bleu_is_chosen_and_a_tie_goes_to_the_value_nearest_1():
+    assert length_penalty.choose({"0.6": scores(20), "1.0": scores(21), "1.4": scores(22)}) == 1.4
+    assert length_penalty.choose({"0.6": scores(22), "1.0": scores(21), "1.8": scores(22)}) == 0.6
+    assert length_penalty.choose({"1.0": scores(22), "1.4": scores(22)}) == 1.0
+
+
+def result(name, seed, chosen, test_bleu, corpus="bible_es_en"):
+    valid = {str(v): scores(20.0 + (v == chosen), 0.9 + v / 10) for v in (0.6, 1.0, 1.4)}
+    return {
+        "name": name, "corpus": corpus, "seed": seed, "lenpens": [0.6, 1.0, 1.4],
+        "budget_json": "docs/experiments/sitting/bible_es_en/x.json", "checkpoint_update": 9,
+        "budget_sitting": "2026-11-29 05:19", "valid": valid, "valid_greedy": scores(18.0, 0.97),
+        "chosen_lenpen": chosen, "test": {"1.0": scores(25.0), str(chosen): scores(test_bleu)},
+        "started": "2026-11-29 09:00", "commit": "abc1234", "machine": "Intel Xeon, 2 cores",
+    }  # fmt: skip
+
+
+def save(root, r):
+    path = root / r["corpus"] / f"{r['name']}.seed{r['seed']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(r))
+
+
+def test_the_page_shows_each_runs_choice_and_scores(tmp_path):
+    save(tmp_path, result("local-p", 1, 1.4, 26.0))
+    save(tmp_path, result("local-p", 2, 1.0, 25.0))
+    page = tmp_path / "PAGE.md"
+    length_penalty.render(str(page), str(tmp_path))
+    text = page.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `local-p` |"))
+    cells = row.split(" | ")
+    assert cells[1] == "20.50 (20.00 / 21.00)"  # valid at 1: seed 2 chose 1
+    assert cells[4] == "1.4 / 1"  # the choices, not their mean
+    assert cells[6:8] == ["25.00 (25.00 / 25.00)", "25.50 (26.00 / 25.00)"]
+    assert "| `local-p` | 20.00 / 20.00 | 20.00 / 21.00 | 21.00 / 20.00 |" in text
+    assert "`docs_en_fr_long`" not in text
+    assert "Decoded: 2026-11-29, commit abc1234, Intel Xeon, 2 cores." in text
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--lenpens", "0.6", "1.4"], "--lenpens must include 1"),
+        (["--lenpens", "1", "-1"], "--lenpens must be >= 0"),
+        (["--lenpens", "1", "1"], "--lenpens 1.0 1.0: each once"),
+        (["--jobs", "0"], "--jobs must be >= 1"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        length_penalty.parse_args(["--budget-results", str(tmp_path), "--render-only", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_a_sitting_without_the_runs_asked_for_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        length_penalty.parse_args(["--budget-results", str(tmp_path), "--runs", "global"])
+    assert f"--budget-results {tmp_path}: no " in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_run_end_to_end_on_a_tiny_checkpoint(bible, tmp_path, monkeypatch):
+    """A sitting's run made by hand: a tiny model, its test split decoded and scored at
+    --lenpen 1 here, through conftest's generate; the study must repeat that score. One
+    length penalty, to keep it short: the choice among several is the test above."""
+    monkeypatch.setitem(corpus_budget.CORPORA, "bible_es_en", ("prepare", str(bible), "es", "en"))
+    monkeypatch.setattr(corpus_budget, "RUN_DIRS", str(tmp_path / "runs"))
+    # an 8-update model seldom ends a sentence: cap its length, here and in the study
+    monkeypatch.setattr(length_penalty, "DECODE", [*length_penalty.DECODE, "--max-len-b", "20"])
+    run_dir = tmp_path / "runs" / "bible_es_en" / "global.seed1"
+    train(bible / "bin", run_dir, updates=8)
+    checkpoint = run_dir / "checkpoint_best.pt"
+    rows = parse(
+        generate(bible / "bin", checkpoint, "--lenpen", "1", batch_size=64, max_len_b=20), "H"
+    )
+    references = (bible / "raw" / "test.en").read_text().splitlines()
+    (bleu, _), _ = score([decode_pieces(rows[i]) for i in range(len(references))], references)
+    budget = tmp_path / "sitting" / "bible_es_en" / "global.seed1.json"
+    budget.parent.mkdir(parents=True)
+    sitting = {"bleu": round(bleu.score, 2), "best_checkpoint": {"update": 8},
+               "started": "2026-11-29 05:19"}  # fmt: skip
+    budget.write_text(json.dumps(sitting))
+    argv = ["--budget-results", str(tmp_path / "sitting"), "--corpora", "bible_es_en",
+            "--runs", "global", "--seeds", "1", "--lenpens", "1", "--jobs", "1",
+            "--results", str(tmp_path / "results"), "--out", str(tmp_path / "PAGE.md")]  # fmt: skip
+    length_penalty.main(argv)
+    r = json.loads((tmp_path / "results" / "bible_es_en" / "global.seed1.json").read_text())
+    assert list(r["valid"]) == ["1.0"] and r["checkpoint_update"] == 8
+    assert r["test"]["1.0"]["bleu"] == sitting["bleu"]  # the sitting's score, repeated
+    assert r["chosen_lenpen"] == 1.0
+    assert r["valid_greedy"]["length_ratio"] > 0
+    assert "| `global` |" in (tmp_path / "PAGE.md").read_text()
+
+    sitting["best_checkpoint"]["update"] = 6  # another run's JSON
+    budget.write_text(json.dumps(sitting))
+    with pytest.raises(RuntimeError, match="saved at update 8, .* decoded update 6"):
+        length_penalty.main([*argv, "--results", str(tmp_path / "again")])
