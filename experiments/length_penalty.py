@@ -21,11 +21,14 @@ checkpoints in corpus_budget's run folders), and for each:
 The checkpoint must be the one the sitting's JSON decoded (its update is compared). Each
 finished run writes ``docs/experiments/length_penalty/CORPUS/NAME.seedK.json``
 (``--results`` elsewhere) and the page is rendered again; a run whose JSON has the same
-values and checkpoint is skipped. Decoding is not timed, so other work may run beside it.
+values and checkpoint is skipped, and a decoding whose output is whole and newer than the
+checkpoint is read again rather than redone (so a longer ``--lenpens`` decodes only the
+values it adds). Decoding is not timed, so other work may run beside it.
 """
 
 import argparse
 import os
+import re
 import subprocess
 import textwrap
 import time
@@ -56,6 +59,20 @@ def checkpoint_update(path: str) -> int:
     return state["optimizer_history"][-1]["num_updates"]
 
 
+def finished(out: str, checkpoint: str) -> bool:
+    """Whether ``out`` holds a whole decoding by this checkpoint: written after it, and its
+    log's last line fairseq-generate's closing count (a killed run never writes it)."""
+    if not (os.path.exists(out) and os.path.exists(out + ".log")):
+        return False
+    if os.path.getmtime(out) < os.path.getmtime(checkpoint):
+        return False
+    with open(out + ".log", encoding="utf-8") as f:
+        lines = f.read().strip().splitlines()
+    return (
+        bool(lines) and re.search(r"generate\W+Translated [\d,]+ sentences", lines[-1]) is not None
+    )
+
+
 def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, out: str, python):
     """Decode ``split`` with ``checkpoint``; its scores against the raw reference."""
     _, data, src, tgt = corpus_budget.CORPORA[corpus]
@@ -66,11 +83,12 @@ def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, 
         "--user-dir", harness.USER_DIR, "--path", checkpoint, "--gen-subset", split,
         "--beam", str(beam), "--lenpen", str(lenpen), *DECODE,
     ]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    with open(out, "w", encoding="utf-8") as f, open(out + ".log", "w") as log:
-        code = subprocess.call(cmd, stdout=f, stderr=log, env=env, cwd=harness.REPO)
-    if code != 0:
-        raise RuntimeError(f"fairseq-generate failed (exit {code}): see {out}.log")
+    if not finished(out, checkpoint):
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        with open(out, "w", encoding="utf-8") as f, open(out + ".log", "w") as log:
+            code = subprocess.call(cmd, stdout=f, stderr=log, env=env, cwd=harness.REPO)
+        if code != 0:
+            raise RuntimeError(f"fairseq-generate failed (exit {code}): see {out}.log")
     with open(out, encoding="utf-8") as f:
         rows = parse_generate(f.read())
     with open(os.path.join(data, "raw", f"{split}.{tgt}"), encoding="utf-8") as f:

@@ -2,6 +2,7 @@
 refuses, and one run end to end on a tiny checkpoint of the Bible slice."""
 
 import json
+import os
 
 import pytest
 from conftest import generate, parse, train
@@ -76,6 +77,19 @@ def test_a_sitting_without_the_runs_asked_for_is_refused(tmp_path, capsys):
     assert f"--budget-results {tmp_path}: no " in capsys.readouterr().err
 
 
+def test_a_decoding_is_reused_only_whole_and_newer_than_the_checkpoint(tmp_path):
+    checkpoint, out = tmp_path / "checkpoint_best.pt", tmp_path / "valid.txt"
+    checkpoint.write_text("")
+    out.write_text("H-0\t-1\tx\n")
+    log = tmp_path / "valid.txt.log"
+    log.write_text("INFO:fairseq_cli.generate:NOTE: hypothesis and token scores are output\n")
+    assert not length_penalty.finished(str(out), str(checkpoint))  # killed before the end
+    log.write_text("INFO:fairseq_cli.generate:Translated 1 sentences (2 tokens) in 0.1s\n")
+    assert length_penalty.finished(str(out), str(checkpoint))
+    os.utime(out, (1, 1))  # decoded before this checkpoint was saved
+    assert not length_penalty.finished(str(out), str(checkpoint))
+
+
 @pytest.mark.slow
 def test_a_run_end_to_end_on_a_tiny_checkpoint(bible, tmp_path, monkeypatch):
     """A sitting's run made by hand: a tiny model, its test split decoded and scored at
@@ -109,7 +123,14 @@ def test_a_run_end_to_end_on_a_tiny_checkpoint(bible, tmp_path, monkeypatch):
     assert r["valid_greedy"]["length_ratio"] > 0
     assert "| `global` |" in (tmp_path / "PAGE.md").read_text()
 
+    decodings = sorted((run_dir / "length_penalty").glob("*.txt"))
+    written = [d.stat().st_mtime_ns for d in decodings]
+    length_penalty.main([*argv, "--results", str(tmp_path / "again")])  # each decoding reused
+    assert [d.stat().st_mtime_ns for d in decodings] == written
+    again = json.loads((tmp_path / "again" / "bible_es_en" / "global.seed1.json").read_text())
+    assert again["valid"] == r["valid"] and again["test"] == r["test"]
+
     sitting["best_checkpoint"]["update"] = 6  # another run's JSON
     budget.write_text(json.dumps(sitting))
     with pytest.raises(RuntimeError, match="saved at update 8, .* decoded update 6"):
-        length_penalty.main([*argv, "--results", str(tmp_path / "again")])
+        length_penalty.main([*argv, "--results", str(tmp_path / "refused")])
