@@ -1,7 +1,7 @@
 """Finished equal-time runs decoded again: fairseq's length penalty chosen on the valid split.
 
     python -m experiments.length_penalty --budget-results DIR [--corpora ...] [--runs ...]
-        [--seeds 1 2] [--lenpens 0.6 1 1.4 1.8 2.2] [--jobs 2] [--results DIR] [--out PAGE]
+        [--seeds 1 2] [--lenpens 0.6 1 1.4 1.8 2.2 2.6 3] [--jobs 2] [--results DIR] [--out PAGE]
         [--render-only]
 
 experiments/corpus_budget decodes every run's best checkpoint with beam 5 and fairseq's
@@ -14,14 +14,15 @@ checkpoints in corpus_budget's run folders), and for each:
 - decodes the valid split with beam 5 at every ``--lenpens`` value, and with beam 1
   (greedy, no length penalty at work), scoring each with sacreBLEU and chrF2 and BLEU's
   length ratio;
-- chooses the value with the highest valid sacreBLEU (a tie goes to the value nearest 1);
+- chooses the value with the highest valid sacreBLEU (a tie goes to the value nearest 1,
+  then to the smaller);
 - decodes the test split at that value, and at 1 as a check that it repeats the
   sitting's score.
 
 The checkpoint must be the one the sitting's JSON decoded (its update is compared). Each
 finished run writes ``docs/experiments/length_penalty/CORPUS/NAME.seedK.json``
 (``--results`` elsewhere) and the page is rendered again; a run whose JSON has the same
-values and checkpoint is skipped, and a decoding whose output is whole and newer than the
+values and sitting JSON is skipped, and a decoding whose output is whole and newer than the
 checkpoint is read again rather than redone (so a longer ``--lenpens`` decodes only the
 values it adds). Decoding is not timed, so other work may run beside it.
 """
@@ -40,7 +41,7 @@ from luong_plugin.analysis.report import bleu_lengths, score
 
 RESULTS = harness.results_dir("length_penalty")
 PAGE = os.path.join(harness.REPO, "docs", "LENGTH_PENALTY.md")
-LENPENS = [0.6, 1.0, 1.4, 1.8, 2.2]
+LENPENS = [0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0]
 DEFAULT_RUNS = ["local-p", "global"]
 # corpus_budget's decoding (demo.sh's beam 5, every sentence) without the alignments,
 # which change no hypothesis
@@ -102,8 +103,12 @@ def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, 
 
 
 def choose(valid: dict) -> float:
-    """The length penalty of the highest valid sacreBLEU; a tie goes to the one nearest 1."""
-    return max((float(k) for k in valid), key=lambda lp: (valid[str(lp)]["bleu"], -abs(lp - 1)))
+    """The length penalty of the highest valid sacreBLEU; a tie goes to the one nearest 1,
+    then to the smaller (distances compared rounded, so 0.6 and 1.4 are equally far)."""
+    return max(
+        (float(k) for k in valid),
+        key=lambda lp: (valid[str(lp)]["bleu"], -round(abs(lp - 1), 9), -lp),
+    )
 
 
 def done(path: str, budget_json: str, lenpens) -> bool:

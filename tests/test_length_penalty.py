@@ -21,6 +21,7 @@ def test_the_highest_valid_bleu_is_chosen_and_a_tie_goes_to_the_value_nearest_1(
     assert length_penalty.choose({"0.6": scores(20), "1.0": scores(21), "1.4": scores(22)}) == 1.4
     assert length_penalty.choose({"0.6": scores(22), "1.0": scores(21), "1.8": scores(22)}) == 0.6
     assert length_penalty.choose({"1.0": scores(22), "1.4": scores(22)}) == 1.0
+    assert length_penalty.choose({"0.6": scores(22), "1.4": scores(22)}) == 0.6  # equally far
 
 
 def result(name, seed, chosen, test_bleu, corpus="bible_es_en"):
@@ -129,6 +130,12 @@ def test_a_run_end_to_end_on_a_tiny_checkpoint(bible, tmp_path, monkeypatch):
     assert [d.stat().st_mtime_ns for d in decodings] == written
     again = json.loads((tmp_path / "again" / "bible_es_en" / "global.seed1.json").read_text())
     assert again["valid"] == r["valid"] and again["test"] == r["test"]
+
+    sitting["bleu"] += 0.01  # a sitting that scored otherwise: stopped, nothing written
+    budget.write_text(json.dumps(sitting))
+    with pytest.raises(RuntimeError, match=r"test at --lenpen 1 scores .*, .* \d"):
+        length_penalty.main([*argv, "--results", str(tmp_path / "other")])
+    assert not (tmp_path / "other" / "bible_es_en" / "global.seed1.json").exists()
 
     sitting["best_checkpoint"]["update"] = 6  # another run's JSON
     budget.write_text(json.dumps(sitting))
