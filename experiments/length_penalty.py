@@ -14,6 +14,9 @@ checkpoints in corpus_budget's run folders), and for each:
 - decodes the valid split with beam 5 at every ``--lenpens`` value, and with beam 1
   (greedy, no length penalty at work), scoring each with sacreBLEU and chrF2 and BLEU's
   length ratio;
+- reads the model teacher-forced on the valid references (``eos_profile``): the probability
+  it gives </s> before each reference ends, summed per sentence and averaged, and the mean
+  log-probability of </s> where it ends;
 - chooses the value with the highest valid sacreBLEU (a tie goes to the value nearest 1,
   then to the smaller);
 - decodes the test split at that value, and at 1 as a check that it repeats the
@@ -102,6 +105,53 @@ def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, 
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), **bleu_lengths(bleu)}
 
 
+def eos_profile(model, task, pairs, batch_size: int = 64) -> dict:
+    """The model teacher-forced on each pair's reference (luong_plugin.analysis.forced: the
+    layout it trained on): ``premature_eos``, the probability it gives </s> summed over the
+    steps before the reference ends, averaged over the sentences (how strongly it would stop
+    early), and ``end_eos_log_prob``, the mean log-probability of </s> where the reference
+    ends."""
+    import torch
+
+    from luong_plugin.analysis import forced
+
+    eos = task.target_dictionary.eos()
+    early, end = [], []
+    with torch.no_grad():
+        for start in range(0, len(pairs), batch_size):
+            batch = pairs[start : start + batch_size]
+            src_tokens, src_lengths, prev_output_tokens, _ = forced.collate(task, batch)
+            net_output = model(src_tokens, src_lengths, prev_output_tokens)
+            eos_log_prob = model.get_normalized_probs(net_output, log_probs=True)[..., eos]  # B x T
+            for b, pair in enumerate(batch):
+                steps = len(pair.tgt_tokens)  # the reference and its </s>
+                early.append(eos_log_prob[b, : steps - 1].float().exp().sum().item())
+                end.append(eos_log_prob[b, steps - 1].item())
+    return {
+        "premature_eos": round(sum(early) / len(early), 4),
+        "end_eos_log_prob": round(sum(end) / len(end), 4),
+        "sentences": len(early),
+    }
+
+
+def forced_eos(corpus: str, checkpoint: str, split: str = "valid") -> dict:
+    """``eos_profile`` of a checkpoint on a split of the corpus, on one thread."""
+    import argparse
+
+    import torch
+
+    from luong_plugin.analysis import forced
+
+    _, data, src, tgt = corpus_budget.CORPORA[corpus]
+    torch.set_num_threads(1)
+    args = argparse.Namespace(
+        path=checkpoint, data=os.path.join(harness.REPO, data, "bin"), source=None, target=None,
+        gen_subset=split, spm_model=None, subword="auto", source_lang=src, target_lang=tgt,
+    )  # fmt: skip
+    models, task = forced.load_ensemble(args.path, args.data, src, tgt)
+    return eos_profile(models[0], task, forced.read_pairs(args, task))
+
+
 def choose(valid: dict) -> float:
     """The length penalty of the highest valid sacreBLEU; a tie goes to the one nearest 1,
     then to the smaller (distances compared rounded, so 0.6 and 1.4 are equally far)."""
@@ -113,7 +163,12 @@ def choose(valid: dict) -> float:
 
 def done(path: str, budget_json: str, lenpens) -> bool:
     r = harness.read_json(path)
-    return r is not None and r["lenpens"] == lenpens and r["budget_json"] == budget_json
+    return (
+        r is not None
+        and r["lenpens"] == lenpens
+        and r["budget_json"] == budget_json
+        and "valid_forced" in r  # JSONs written before it was measured lack it
+    )
 
 
 def one_run(corpus: str, name: str, seed: int, args) -> dict:
@@ -140,6 +195,7 @@ def one_run(corpus: str, name: str, seed: int, args) -> dict:
     started = time.strftime("%Y-%m-%d %H:%M")
     valid = {str(lp): decode("valid", 5, lp) for lp in args.lenpens}
     greedy = decode("valid", 1, 1.0)
+    eos = forced_eos(corpus, checkpoint)
     chosen = choose(valid)
     test = {str(lp): decode("test", 5, lp) for lp in sorted({1.0, chosen})}
     if test["1.0"]["bleu"] != budget["bleu"]:
@@ -149,7 +205,8 @@ def one_run(corpus: str, name: str, seed: int, args) -> dict:
         "name": name, "corpus": corpus, "seed": seed, "lenpens": args.lenpens,
         "budget_json": os.path.relpath(budget_path, harness.REPO),
         "checkpoint_update": update, "budget_sitting": budget["started"],
-        "valid": valid, "valid_greedy": greedy, "chosen_lenpen": chosen, "test": test,
+        "valid": valid, "valid_greedy": greedy, "valid_forced": eos, "chosen_lenpen": chosen,
+        "test": test,
         "started": started, "commit": harness.describe_commit(), "machine": harness.machine(),
     }  # fmt: skip
     harness.write_json(harness.result_path(results_dir(corpus, args.results), name, seed), result)
@@ -169,7 +226,11 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         f"({', '.join(f'{v:g}' for v in every[0]['lenpens']) if every else 'see the JSON'}; "
         "the sitting decoded with 1), and with beam 1. The value with the highest valid "
         "sacreBLEU is chosen, and the test split decoded with it; the test at 1 repeats the "
-        "sitting's score (the study stops where it does not). Length ratio: BLEU's, hypothesis "
+        "sitting's score (the study stops where it does not). `valid premature </s>, forced`: the "
+        "model teacher-forced on each valid reference, the probability it gives </s> at the "
+        "steps before the reference ends, summed per sentence and averaged (`valid_forced` in "
+        "the JSON, with the mean log-probability of </s> where the reference ends). Length "
+        "ratio: BLEU's, hypothesis "
         "over reference tokens. Cells are `mean (seed 1 / seed 2)`, the chosen values "
         "`seed 1 / seed 2`."
     )
@@ -182,6 +243,7 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         ("valid sacreBLEU, lenpen 1", lambda r: r["valid"]["1.0"]["bleu"], 2),
         ("valid length ratio, lenpen 1", lambda r: r["valid"]["1.0"]["length_ratio"], 3),
         ("valid length ratio, beam 1", lambda r: r["valid_greedy"]["length_ratio"], 3),
+        ("valid premature </s>, forced", lambda r: r["valid_forced"]["premature_eos"], 3),
         ("chosen lenpen", lambda r: r["chosen_lenpen"], None),
         ("valid sacreBLEU, chosen", lambda r: r["valid"][str(r["chosen_lenpen"])]["bleu"], 2),
         ("test sacreBLEU, lenpen 1", lambda r: r["test"]["1.0"]["bleu"], 2),

@@ -5,7 +5,8 @@ import json
 import os
 
 import pytest
-from conftest import generate, parse, train
+import torch
+from conftest import build, generate, parse, train
 
 from experiments import corpus_budget, length_penalty
 from luong_plugin.analysis.generate_output import decode_pieces
@@ -24,12 +25,45 @@ def test_the_highest_valid_bleu_is_chosen_and_a_tie_goes_to_the_value_nearest_1(
     assert length_penalty.choose({"0.6": scores(22), "1.4": scores(22)}) == 0.6  # equally far
 
 
+def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step():
+    """Against a direct reading: each sentence alone, each prefix of its reference run
+    through the model whole, the probability of </s> at the prefix's last step."""
+    from luong_plugin.analysis.forced import Pair
+
+    model = build("luong_tiny", attention_window="local-p")
+    task = type("Task", (), {"source_dictionary": model.encoder.dictionary,
+                             "target_dictionary": model.decoder.dictionary})()  # fmt: skip
+    eos = task.target_dictionary.eos()
+    generator = torch.Generator().manual_seed(0)
+    pairs = []
+    for src_len, tgt_len in [(5, 3), (9, 6), (2, 4)]:
+        src = torch.randint(4, 20, (src_len,), generator=generator).tolist() + [eos]
+        tgt = torch.randint(4, 23, (tgt_len,), generator=generator).tolist() + [eos]
+        pairs.append(Pair([], [], torch.tensor(src), torch.tensor(tgt)))
+    early, end = [], []
+    with torch.no_grad():
+        for pair in pairs:
+            src, tgt = pair.src_tokens[None], pair.tgt_tokens
+            prev = torch.cat([tgt.new_tensor([eos]), tgt[:-1]])[None]  # </s> + reference
+            p_eos = []
+            for t in range(len(tgt)):
+                logits, _ = model(src, torch.tensor([src.size(1)]), prev[:, : t + 1])
+                p_eos.append(torch.softmax(logits[0, -1].double(), -1)[eos].item())
+            early.append(sum(p_eos[:-1]))
+            end.append(torch.tensor(p_eos[-1]).log().item())
+    profile = length_penalty.eos_profile(model, task, pairs, batch_size=2)
+    assert profile["sentences"] == 3
+    assert profile["premature_eos"] == pytest.approx(sum(early) / 3, abs=1e-4)
+    assert profile["end_eos_log_prob"] == pytest.approx(sum(end) / 3, abs=1e-4)
+
+
 def result(name, seed, chosen, test_bleu, corpus="bible_es_en"):
     valid = {str(v): scores(20.0 + (v == chosen), 0.9 + v / 10) for v in (0.6, 1.0, 1.4)}
     return {
         "name": name, "corpus": corpus, "seed": seed, "lenpens": [0.6, 1.0, 1.4],
         "budget_json": "docs/experiments/sitting/bible_es_en/x.json", "checkpoint_update": 9,
         "budget_sitting": "2026-11-29 05:19", "valid": valid, "valid_greedy": scores(18.0, 0.97),
+        "valid_forced": {"premature_eos": 0.1 * seed, "end_eos_log_prob": -0.2, "sentences": 60},
         "chosen_lenpen": chosen, "test": {"1.0": scores(25.0), str(chosen): scores(test_bleu)},
         "started": "2026-11-29 09:00", "commit": "abc1234", "machine": "Intel Xeon, 2 cores",
     }  # fmt: skip
@@ -50,8 +84,9 @@ def test_the_page_shows_each_runs_choice_and_scores(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| `local-p` |"))
     cells = row.split(" | ")
     assert cells[1] == "20.50 (20.00 / 21.00)"  # valid at 1: seed 2 chose 1
-    assert cells[4] == "1.4 / 1"  # the choices, not their mean
-    assert cells[6:8] == ["25.00 (25.00 / 25.00)", "25.50 (26.00 / 25.00)"]
+    assert cells[4] == "0.150 (0.100 / 0.200)"  # premature </s> mass
+    assert cells[5] == "1.4 / 1"  # the choices, not their mean
+    assert cells[7:9] == ["25.00 (25.00 / 25.00)", "25.50 (26.00 / 25.00)"]
     assert "| `local-p` | 20.00 / 20.00 | 20.00 / 21.00 | 21.00 / 20.00 |" in text
     assert "`docs_en_fr_long`" not in text
     assert "Decoded: 2026-11-29, commit abc1234, Intel Xeon, 2 cores." in text
@@ -122,6 +157,7 @@ def test_a_run_end_to_end_on_a_tiny_checkpoint(bible, tmp_path, monkeypatch):
     assert r["test"]["1.0"]["bleu"] == sitting["bleu"]  # the sitting's score, repeated
     assert r["chosen_lenpen"] == 1.0
     assert r["valid_greedy"]["length_ratio"] > 0
+    assert r["valid_forced"]["sentences"] == 60 and r["valid_forced"]["premature_eos"] > 0
     assert "| `global` |" in (tmp_path / "PAGE.md").read_text()
 
     decodings = sorted((run_dir / "length_penalty").glob("*.txt"))
