@@ -38,7 +38,6 @@ import textwrap
 import time
 
 from experiments import corpus_budget, harness
-from experiments.budget import cell
 from luong_plugin.analysis.generate_output import decode_pieces, parse_generate
 from luong_plugin.analysis.report import bleu_lengths, score
 
@@ -243,7 +242,11 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         ("valid sacreBLEU, lenpen 1", lambda r: r["valid"]["1.0"]["bleu"], 2),
         ("valid length ratio, lenpen 1", lambda r: r["valid"]["1.0"]["length_ratio"], 3),
         ("valid length ratio, beam 1", lambda r: r["valid_greedy"]["length_ratio"], 3),
-        ("valid premature </s>, forced", lambda r: r["valid_forced"]["premature_eos"], 3),
+        (  # JSONs written before it was measured lack it
+            "valid premature </s>, forced",
+            lambda r: r.get("valid_forced", {}).get("premature_eos"),
+            3,
+        ),
         ("chosen lenpen", lambda r: r["chosen_lenpen"], None),
         ("valid sacreBLEU, chosen", lambda r: r["valid"][str(r["chosen_lenpen"])]["bleu"], 2),
         ("test sacreBLEU, lenpen 1", lambda r: r["test"]["1.0"]["bleu"], 2),
@@ -275,7 +278,9 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
             if mine:
                 cells = [
                     (
-                        cell({s: get(r) for s, r in mine.items()}, d)
+                        harness.seed_cell(
+                            {s: get(r) for s, r in mine.items() if get(r) is not None}, d, empty="–"
+                        )
                         if d is not None  # a mean of the chosen values would be no one's choice
                         else " / ".join(f"{get(mine[s]):g}" for s in sorted(mine))
                     )

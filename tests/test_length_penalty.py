@@ -90,6 +90,12 @@ def test_the_page_shows_each_runs_choice_and_scores(tmp_path):
     assert "| `local-p` | 20.00 / 20.00 | 20.00 / 21.00 | 21.00 / 20.00 |" in text
     assert "`docs_en_fr_long`" not in text
     assert "Decoded: 2026-11-29, commit abc1234, Intel Xeon, 2 cores." in text
+    older = result("global", 1, 1.0, 25.0)
+    del older["valid_forced"]  # written before it was measured
+    save(tmp_path, older)
+    length_penalty.render(str(page), str(tmp_path))
+    row = next(line for line in page.read_text().splitlines() if line.startswith("| `global` |"))
+    assert row.split(" | ")[4] == "–"
 
 
 @pytest.mark.parametrize(
