@@ -25,7 +25,7 @@ checkpoints in corpus_budget's run folders), and for each:
 The checkpoint must be the one the sitting's JSON decoded (its update is compared). Each
 finished run writes ``docs/experiments/length_penalty/CORPUS/NAME.seedK.json``
 (``--results`` elsewhere) and the page is rendered again; a run whose JSON has the same
-values and sitting JSON is skipped, and a decoding whose output is whole and newer than the
+values and sitting JSON and the forced reading is skipped, and a decoding whose output is whole and newer than the
 checkpoint is read again rather than redone (so a longer ``--lenpens`` decodes only the
 values it adds). Decoding is not timed, so other work may run beside it.
 """
@@ -35,6 +35,7 @@ import os
 import re
 import subprocess
 import textwrap
+import threading
 import time
 
 from experiments import corpus_budget, harness
@@ -42,6 +43,7 @@ from luong_plugin.analysis.generate_output import decode_pieces, parse_generate
 from luong_plugin.analysis.report import bleu_lengths, score
 
 RESULTS = harness.results_dir("length_penalty")
+_forced_lock = threading.Lock()  # runs go on threads; one model read in this process at once
 PAGE = os.path.join(harness.REPO, "docs", "LENGTH_PENALTY.md")
 LENPENS = [0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0]
 DEFAULT_RUNS = ["local-p", "global"]
@@ -116,6 +118,8 @@ def eos_profile(model, task, pairs, batch_size: int = 64) -> dict:
 
     eos = task.target_dictionary.eos()
     early, end = [], []
+    # longest source first: fairseq's lstm packs its batch and needs the lengths sorted
+    pairs = sorted(pairs, key=lambda pair: -len(pair.src_tokens))
     with torch.no_grad():
         for start in range(0, len(pairs), batch_size):
             batch = pairs[start : start + batch_size]
@@ -134,7 +138,8 @@ def eos_profile(model, task, pairs, batch_size: int = 64) -> dict:
 
 
 def forced_eos(corpus: str, checkpoint: str, split: str = "valid") -> dict:
-    """``eos_profile`` of a checkpoint on a split of the corpus, on one thread."""
+    """``eos_profile`` of a checkpoint on a split of the corpus, in this process on one
+    thread, one checkpoint at a time (the runs' decodings go on beside it)."""
     import argparse
 
     import torch
@@ -147,8 +152,9 @@ def forced_eos(corpus: str, checkpoint: str, split: str = "valid") -> dict:
         path=checkpoint, data=os.path.join(harness.REPO, data, "bin"), source=None, target=None,
         gen_subset=split, spm_model=None, subword="auto", source_lang=src, target_lang=tgt,
     )  # fmt: skip
-    models, task = forced.load_ensemble(args.path, args.data, src, tgt)
-    return eos_profile(models[0], task, forced.read_pairs(args, task))
+    with _forced_lock:
+        models, task = forced.load_ensemble(args.path, args.data, src, tgt)
+        return eos_profile(models[0], task, forced.read_pairs(args, task))
 
 
 def choose(valid: dict) -> float:
@@ -265,7 +271,7 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
             "",
             f"## `{corpus}`",
             "",
-            f"Decoded: {harness.sittings(results)}. The sitting's runs: "
+            f"JSONs written: {harness.sittings(results)}. The sitting's runs: "
             + ", ".join(sorted({f"`{os.path.dirname(r['budget_json'])}/`"
                                 for r in results.values()}))  # fmt: skip
             + f". Data: `{os.path.relpath(results_dir(corpus, root), harness.REPO)}/`.",

@@ -25,12 +25,21 @@ def test_the_highest_valid_bleu_is_chosen_and_a_tie_goes_to_the_value_nearest_1(
     assert length_penalty.choose({"0.6": scores(22), "1.4": scores(22)}) == 0.6  # equally far
 
 
-def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step():
+TINY_LSTM = dict(encoder_embed_dim=16, encoder_hidden_size=16, decoder_embed_dim=16,
+                 decoder_hidden_size=16, decoder_out_embed_dim=16,
+                 criterion="cross_entropy")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "arch,options", [("luong_tiny", {"attention_window": "local-p"}), ("lstm", TINY_LSTM)]
+)
+def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step(arch, options):
     """Against a direct reading: each sentence alone, each prefix of its reference run
-    through the model whole, the probability of </s> at the prefix's last step."""
+    through the model whole, the probability of </s> at the prefix's last step. fairseq's
+    lstm needs its batch sorted by source length."""
     from luong_plugin.analysis.forced import Pair
 
-    model = build("luong_tiny", attention_window="local-p")
+    model = build(arch, **options)
     task = type("Task", (), {"source_dictionary": model.encoder.dictionary,
                              "target_dictionary": model.decoder.dictionary})()  # fmt: skip
     eos = task.target_dictionary.eos()
@@ -89,7 +98,7 @@ def test_the_page_shows_each_runs_choice_and_scores(tmp_path):
     assert cells[7:9] == ["25.00 (25.00 / 25.00)", "25.50 (26.00 / 25.00)"]
     assert "| `local-p` | 20.00 / 20.00 | 20.00 / 21.00 | 21.00 / 20.00 |" in text
     assert "`docs_en_fr_long`" not in text
-    assert "Decoded: 2026-11-29, commit abc1234, Intel Xeon, 2 cores." in text
+    assert "JSONs written: 2026-11-29, commit abc1234, Intel Xeon, 2 cores." in text
     older = result("global", 1, 1.0, 25.0)
     del older["valid_forced"]  # written before it was measured
     save(tmp_path, older)
@@ -117,6 +126,17 @@ def test_a_sitting_without_the_runs_asked_for_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         length_penalty.parse_args(["--budget-results", str(tmp_path), "--runs", "global"])
     assert f"--budget-results {tmp_path}: no " in capsys.readouterr().err
+
+
+def test_a_json_without_the_forced_reading_is_not_done(tmp_path):
+    r = result("global", 1, 1.0, 25.0)
+    path = tmp_path / "global.seed1.json"
+    path.write_text(json.dumps(r))
+    assert length_penalty.done(str(path), r["budget_json"], r["lenpens"])
+    assert not length_penalty.done(str(path), r["budget_json"], [1.0])
+    del r["valid_forced"]
+    path.write_text(json.dumps(r))
+    assert not length_penalty.done(str(path), r["budget_json"], r["lenpens"])
 
 
 def test_a_decoding_is_reused_only_whole_and_newer_than_the_checkpoint(tmp_path):
