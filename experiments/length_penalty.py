@@ -231,10 +231,11 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         f"({', '.join(f'{v:g}' for v in every[0]['lenpens']) if every else 'see the JSON'}; "
         "the sitting decoded with 1), and with beam 1. The value with the highest valid "
         "sacreBLEU is chosen, and the test split decoded with it; the test at 1 repeats the "
-        "sitting's score (the study stops where it does not). `valid premature </s>, forced`: the "
-        "model teacher-forced on each valid reference, the probability it gives </s> at the "
+        "sitting's score (the study stops where it does not). `valid premature EOS, forced`: the "
+        "model teacher-forced on each valid reference, the probability it gives the end of "
+        "sentence (EOS) at the "
         "steps before the reference ends, summed per sentence and averaged (`valid_forced` in "
-        "the JSON, with the mean log-probability of </s> where the reference ends). Length "
+        "the JSON, with the mean log-probability of EOS where the reference ends). Length "
         "ratio: BLEU's, hypothesis "
         "over reference tokens. Cells are `mean (seed 1 / seed 2)`, the chosen values "
         "`seed 1 / seed 2`."
@@ -249,7 +250,7 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
         ("valid length ratio, lenpen 1", lambda r: r["valid"]["1.0"]["length_ratio"], 3),
         ("valid length ratio, beam 1", lambda r: r["valid_greedy"]["length_ratio"], 3),
         (  # JSONs written before it was measured lack it
-            "valid premature </s>, forced",
+            "valid premature EOS, forced",
             lambda r: r.get("valid_forced", {}).get("premature_eos"),
             3,
         ),
