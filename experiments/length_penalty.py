@@ -39,8 +39,8 @@ import threading
 import time
 
 from experiments import corpus_budget, harness
-from luong_plugin.analysis.generate_output import decode_pieces, parse_generate
-from luong_plugin.analysis.report import bleu_lengths, score
+from luong_plugin.analysis.generate_output import parse_generate
+from luong_plugin.analysis.report import bleu_lengths, hypotheses, score
 
 RESULTS = harness.results_dir("length_penalty")
 _forced_lock = threading.Lock()  # runs go on threads; one model read in this process at once
@@ -54,6 +54,11 @@ DECODE = ["--batch-size", "64", "--required-batch-size-multiple", "1"]
 
 def results_dir(corpus: str, root: str = RESULTS) -> str:
     return os.path.join(root, corpus)
+
+
+def sitting_json(corpus: str, name: str, seed: int, budget_results: str) -> str:
+    """The corpus_budget sitting's JSON of one run (``budget_results``: its --results)."""
+    return harness.result_path(corpus_budget.results_dir(corpus, budget_results), name, seed)
 
 
 def checkpoint_update(path: str) -> int:
@@ -98,11 +103,11 @@ def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, 
         rows = parse_generate(f.read())
     with open(os.path.join(data, "raw", f"{split}.{tgt}"), encoding="utf-8") as f:
         references = f.read().splitlines()
-    missing = [i for i in range(len(references)) if i not in rows]
-    if missing:
-        raise RuntimeError(f"{out}: {len(missing)} of {len(references)} sentences undecoded")
-    hypotheses = [decode_pieces(rows[i].hypothesis) for i in range(len(references))]
-    (bleu, _), (chrf, _) = score(hypotheses, references)
+    try:
+        detokenised = hypotheses(rows, references)
+    except ValueError as error:
+        raise RuntimeError(f"{out}: {error}") from None
+    (bleu, _), (chrf, _) = score(detokenised, references)
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), **bleu_lengths(bleu)}
 
 
@@ -140,8 +145,6 @@ def eos_profile(model, task, pairs, batch_size: int = 64) -> dict:
 def forced_eos(corpus: str, checkpoint: str, split: str = "valid") -> dict:
     """``eos_profile`` of a checkpoint on a split of the corpus, in this process on one
     thread, one checkpoint at a time (the runs' decodings go on beside it)."""
-    import argparse
-
     import torch
 
     from luong_plugin.analysis import forced
@@ -177,8 +180,7 @@ def done(path: str, budget_json: str, lenpens) -> bool:
 
 
 def one_run(corpus: str, name: str, seed: int, args) -> dict:
-    budget_path = harness.result_path(corpus_budget.results_dir(corpus, args.budget_results),
-                                      name, seed)  # fmt: skip
+    budget_path = sitting_json(corpus, name, seed, args.budget_results)
     budget = harness.read_json(budget_path)
     label = f"{corpus} {name} seed {seed}"
     run_dir = corpus_budget.run_folder(corpus, name, seed)
@@ -280,41 +282,42 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
             "| run | " + " | ".join(title for title, _, _ in columns) + " |",
             "|---|" + "---|" * len(columns),
         ]
-        for name in corpus_budget.RUNS:
-            mine = {s: r for (n, s), r in results.items() if n == name}
-            if mine:
-                cells = [
-                    (
-                        harness.seed_cell(
-                            {s: get(r) for s, r in mine.items() if get(r) is not None}, d, empty="–"
-                        )
-                        if d is not None  # a mean of the chosen values would be no one's choice
-                        else " / ".join(f"{get(mine[s]):g}" for s in sorted(mine))
+        by_run = {  # name -> {seed: result}, in RUNS order
+            name: {s: r for (n, s), r in results.items() if n == name}
+            for name in corpus_budget.RUNS
+            if any(n == name for n, _ in results)
+        }
+        for name, mine in by_run.items():
+            cells = [
+                (
+                    harness.seed_cell(
+                        {s: get(r) for s, r in mine.items() if get(r) is not None}, d, empty="–"
                     )
-                    for _, get, d in columns
-                ]
-                lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+                    if d is not None  # a mean of the chosen values would be no one's choice
+                    else " / ".join(f"{get(mine[s]):g}" for s in sorted(mine))
+                )
+                for _, get, d in columns
+            ]
+            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
         lines += ["", "Valid sacreBLEU at each length penalty (seed 1 / seed 2):", ""]
         values = sorted({float(v) for r in results.values() for v in r["valid"]})
         lines += [
             "| run | " + " | ".join(f"{v:g}" for v in values) + " |",
             "|---|" + "---|" * len(values),
         ]
-        for name in corpus_budget.RUNS:
-            mine = {s: r for (n, s), r in results.items() if n == name}
-            if mine:
-                cells = [
-                    " / ".join(
-                        (
-                            harness.decimal_text(mine[s]["valid"][str(v)]["bleu"])
-                            if str(v) in mine[s]["valid"]
-                            else "–"
-                        )
-                        for s in sorted(mine)
+        for name, mine in by_run.items():
+            cells = [
+                " / ".join(
+                    (
+                        harness.decimal_text(mine[s]["valid"][str(v)]["bleu"])
+                        if str(v) in mine[s]["valid"]
+                        else "–"
                     )
-                    for v in values
-                ]
-                lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+                    for s in sorted(mine)
+                )
+                for v in values
+            ]
+            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     notes = os.path.join(root, corpus_budget.NOTES)
     if os.path.exists(notes):
         with open(notes, encoding="utf-8") as f:
@@ -358,9 +361,7 @@ def parse_args(argv=None):
         for corpus in args.corpora:
             for seed in args.seeds:
                 for name in args.runs:
-                    path = harness.result_path(
-                        corpus_budget.results_dir(corpus, args.budget_results), name, seed
-                    )
+                    path = sitting_json(corpus, name, seed, args.budget_results)
                     if not os.path.exists(path):
                         p.error(f"--budget-results {args.budget_results}: no {path}")
     return args
@@ -373,9 +374,7 @@ def main(argv=None):
 
         def pending(run):
             corpus, name, seed = run
-            budget = harness.result_path(
-                corpus_budget.results_dir(corpus, args.budget_results), name, seed
-            )
+            budget = sitting_json(corpus, name, seed, args.budget_results)
             mine = harness.result_path(results_dir(corpus, args.results), name, seed)
             return not done(mine, os.path.relpath(budget, harness.REPO), args.lenpens)
 

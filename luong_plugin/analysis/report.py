@@ -39,6 +39,18 @@ def bleu_lengths(bleu) -> dict:
     }
 
 
+def hypotheses(rows, references) -> list:
+    """One detokenised hypothesis per reference line, from parse_generate's rows; a
+    ValueError naming the ids that have none."""
+    missing = [i for i in range(len(references)) if i not in rows]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of {len(references)} reference lines have no hypothesis "
+            f"(first ids {missing[:5]}); was --required-batch-size-multiple 1 passed?"
+        )
+    return [decode_pieces(rows[i].hypothesis) for i in range(len(references))]
+
+
 VALIDATION = re.compile(r"\| valid \|.*?\| loss ([0-9.]+) .*?\| ppl ([0-9.]+) .*?num_updates (\d+)")
 
 
@@ -88,18 +100,15 @@ def main(argv=None):
 
     rows = parse_generate(open(args.generate_output, encoding="utf-8").read())
     references = open(args.reference, encoding="utf-8").read().splitlines()
-    missing = [i for i in range(len(references)) if i not in rows]
-    if missing:
-        parser.error(
-            f"{len(missing)} of {len(references)} reference lines have no hypothesis "
-            f"(first ids {missing[:5]}); was --required-batch-size-multiple 1 passed?"
-        )
-    hypotheses = [decode_pieces(rows[i].hypothesis) for i in range(len(references))]
+    try:
+        detokenised = hypotheses(rows, references)
+    except ValueError as error:
+        parser.error(str(error))
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "test.hyp"), "w", encoding="utf-8") as f:
-        f.write("\n".join(hypotheses) + "\n")
+        f.write("\n".join(detokenised) + "\n")
 
-    (bleu, bleu_sig), (chrf, chrf_sig) = score(hypotheses, references)
+    (bleu, bleu_sig), (chrf, chrf_sig) = score(detokenised, references)
     summary = training_summary(args.train_log)
     print(f"test sentences: {len(references)}")
     if summary:
@@ -137,7 +146,7 @@ def main(argv=None):
     for i in list(range(0, len(references), step))[: args.samples]:
         print(f"\n[{i}] source:    {decode_pieces(rows[i].source)}")
         print(f"[{i}] reference: {references[i]}")
-        print(f"[{i}] output:    {hypotheses[i]}")
+        print(f"[{i}] output:    {detokenised[i]}")
 
     example = pick_example(rows)
     if example is None:
