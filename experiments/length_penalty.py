@@ -16,7 +16,8 @@ checkpoints in corpus_budget's run folders), and for each:
   length ratio;
 - reads the model teacher-forced on the valid references (``eos_profile``): the probability
   it gives </s> before each reference ends, summed per sentence and averaged, and the mean
-  log-probability of </s> where it ends;
+  log-probability of </s> where it ends; and where the attention (and local-p's p_t) stood
+  when it gave </s> early: at the source's end or before it;
 - chooses the value with the highest valid sacreBLEU (a tie goes to the value nearest 1,
   then to the smaller);
 - decodes the test split at that value, and at 1 as a check that it repeats the
@@ -111,35 +112,79 @@ def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, 
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), **bleu_lengths(bleu)}
 
 
+# a step's attention is at the source's end when it stands in the last tenth of the source's
+# positions (0 .. n - 1 for n pieces): at or past 0.9 (n - 1)
+SOURCE_END = 0.9
+
+
 def eos_profile(model, task, pairs, batch_size: int = 64) -> dict:
     """The model teacher-forced on each pair's reference (luong_plugin.analysis.forced: the
     layout it trained on): ``premature_eos``, the probability it gives </s> summed over the
     steps before the reference ends, averaged over the sentences (how strongly it would stop
     early), and ``end_eos_log_prob``, the mean log-probability of </s> where the reference
-    ends."""
+    ends.
+
+    Where the attention stands at those early steps, for a model that returns its maps:
+    the step's source position is the mean of the positions under its weights (0 .. n - 1
+    for n source pieces; the source's </s>, where attended, is n), at the source's end from
+    ``SOURCE_END`` (n - 1) on. ``premature_eos_at_source_end`` is the part of
+    ``premature_eos`` (per sentence, averaged) given at such steps, the rest at steps whose
+    attention is still before the source's end; ``early_steps_at_source_end`` the share of
+    the early steps that are such steps. For local-p the same two by eq. (9)'s p_t
+    (``..._p_t_...``), and ``p_t_behind_attention``, the attention's position minus p_t in
+    pieces, averaged over the early steps.
+    """
     import torch
 
     from luong_plugin.analysis import forced
 
     eos = task.target_dictionary.eos()
+    pad = task.source_dictionary.pad()
     early, end = [], []
+    steps = {"attention": [], "p_t": []}  # per early step: (P(</s>), at the end)
+    behind = []  # per early step of local-p: attention's position - p_t
     # longest source first: fairseq's lstm packs its batch and needs the lengths sorted
     pairs = sorted(pairs, key=lambda pair: -len(pair.src_tokens))
     with torch.no_grad():
         for start in range(0, len(pairs), batch_size):
             batch = pairs[start : start + batch_size]
             src_tokens, src_lengths, prev_output_tokens, _ = forced.collate(task, batch)
-            net_output = model(src_tokens, src_lengths, prev_output_tokens)
-            eos_log_prob = model.get_normalized_probs(net_output, log_probs=True)[..., eos]  # B x T
+            logits, attn, p_t = forced.forward_with_attention(
+                model, src_tokens, src_lengths, prev_output_tokens, pad
+            )  # B x T x V, B x T x S or None, B x T or None
+            eos_log_prob = model.get_normalized_probs((logits, None), log_probs=True)[..., eos]
             for b, pair in enumerate(batch):
-                steps = len(pair.tgt_tokens)  # the reference and its </s>
-                early.append(eos_log_prob[b, : steps - 1].float().exp().sum().item())
-                end.append(eos_log_prob[b, steps - 1].item())
-    return {
+                n = len(pair.tgt_tokens) - 1  # the reference's steps before its </s>
+                p_early = eos_log_prob[b, :n].float().exp()  # n
+                early.append(p_early.sum().item())
+                end.append(eos_log_prob[b, n].item())
+                if attn is None:
+                    continue
+                real = src_tokens[b].ne(pad)  # S: the sentence's columns, </s> last
+                weights = attn[b, :n][:, real].double()  # n x (pieces + 1)
+                positions = torch.arange(weights.size(1), dtype=torch.float64)
+                position = (weights * positions).sum(1) / weights.sum(1)  # n
+                last = max(weights.size(1) - 2, 1) * SOURCE_END  # of pieces 0 .. S_b - 2
+                steps["attention"] += zip(p_early.tolist(), (position >= last).tolist())
+                if p_t is not None:
+                    centre = p_t[b, :n].double()  # n
+                    steps["p_t"] += zip(p_early.tolist(), (centre >= last).tolist())
+                    behind += (position - centre).tolist()
+    profile = {
         "premature_eos": round(sum(early) / len(early), 4),
         "end_eos_log_prob": round(sum(end) / len(end), 4),
         "sentences": len(early),
     }
+    for by, infix in (("attention", ""), ("p_t", "_p_t")):  # None: no maps, or no p_t
+        at_end = [p for p, there in steps[by] if there]
+        profile[f"premature_eos{infix}_at_source_end"] = (
+            round(sum(at_end) / len(early), 4) if steps[by] else None
+        )
+        profile[f"early_steps{infix}_at_source_end"] = (
+            round(len(at_end) / len(steps[by]), 4) if steps[by] else None
+        )
+    profile["p_t_behind_attention"] = round(sum(behind) / len(behind), 3) if behind else None
+    return profile
 
 
 def forced_eos(corpus: str, checkpoint: str, split: str = "valid") -> dict:
@@ -175,7 +220,9 @@ def done(path: str, budget_json: str, lenpens) -> bool:
         r is not None
         and r["lenpens"] == lenpens
         and r["budget_json"] == budget_json
-        and "valid_forced" in r  # JSONs written before it was measured lack it
+        # JSONs written before the forced reading, or before where the attention stands in
+        # it, lack them
+        and "early_steps_at_source_end" in r.get("valid_forced", {})
     )
 
 
@@ -299,6 +346,7 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
                 for _, get, d in columns
             ]
             lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        lines += where_early_eos(by_run)
         lines += ["", "Valid sacreBLEU at each length penalty (seed 1 / seed 2):", ""]
         values = sorted({float(v) for r in results.values() for v in r["valid"]})
         lines += [
@@ -325,6 +373,63 @@ def render(path: str = PAGE, root: str = RESULTS) -> None:
             lines += [f.read().strip()]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _before_end(forced: dict):
+    at_end = forced.get("premature_eos_at_source_end")
+    return None if at_end is None else round(forced["premature_eos"] - at_end, 4)
+
+
+# the forced reading's columns of where the attention stands when EOS comes early
+WHERE = [
+    ("early EOS, attention before the source's end", _before_end, 3),
+    ("early EOS, attention at the source's end", "premature_eos_at_source_end", 3),
+    ("early steps with the attention at the source's end", "early_steps_at_source_end", 3),
+    ("early EOS, p_t at the source's end", "premature_eos_p_t_at_source_end", 3),
+    ("early steps with p_t at the source's end", "early_steps_p_t_at_source_end", 3),
+    ("p_t behind the attention, pieces", "p_t_behind_attention", 2),
+]
+
+
+def where_early_eos(by_run: dict) -> list:
+    """The table of where the attention stands at the early steps of the forced reading,
+    for the runs whose JSON has it (``eos_profile``); none: no lines."""
+
+    def value(r, get):
+        forced = r.get("valid_forced", {})
+        if "early_steps_at_source_end" not in forced:
+            return None
+        return get(forced) if callable(get) else forced[get]
+
+    rows = []
+    for name, mine in by_run.items():
+        cells = []
+        for _, get, d in WHERE:
+            values = {s: value(r, get) for s, r in mine.items()}
+            cells.append(harness.seed_cell({s: v for s, v in values.items() if v is not None},
+                                           d, empty="–"))  # fmt: skip
+        if any(cell != "–" for cell in cells):
+            rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    text = (
+        "Where the attention stands when EOS comes early (the forced reading, valid split). A "
+        "step's source position is the mean of the positions under its attention weights; "
+        f"it is at the source's end from {SOURCE_END:g} of the last piece's position on (the "
+        "source's last tenth). The first two columns split `valid premature EOS, forced` "
+        "(per sentence) by where the attention stood when the model gave it; the third is "
+        "the share of the steps before the reference's end whose attention stood at the "
+        "source's end. For local-p the same by eq. (9)'s p_t, and the attention's position "
+        "minus p_t, averaged over those steps."
+    )
+    return [
+        "",
+        textwrap.fill(text, 92),
+        "",
+        "| run | " + " | ".join(title for title, _, _ in WHERE) + " |",
+        "|---|" + "---|" * len(WHERE),
+        *rows,
+    ]
 
 
 def parse_args(argv=None):

@@ -33,37 +33,69 @@ TINY_LSTM = dict(encoder_embed_dim=16, encoder_hidden_size=16, decoder_embed_dim
 @pytest.mark.parametrize(
     "arch,options", [("luong_tiny", {"attention_window": "local-p"}), ("lstm", TINY_LSTM)]
 )
-def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step(arch, options):
+def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step(arch, options, monkeypatch):
     """Against a direct reading: each sentence alone, each prefix of its reference run
-    through the model whole, the probability of </s> at the prefix's last step. fairseq's
-    lstm needs its batch sorted by source length."""
+    through the model whole, the probability of </s>, the attention's mean position and
+    local-p's p_t at the prefix's last step. fairseq's lstm needs its batch sorted by
+    source length. The source's end is moved into the widest gap between the positions an
+    untrained model reads (and again between its p_t), so that some steps reach it and
+    others do not."""
     from luong_plugin.analysis.forced import Pair
 
-    model = build(arch, **options)
+    model = build(arch, **options).eval()  # fairseq's lstm returns its maps in eval mode
     task = type("Task", (), {"source_dictionary": model.encoder.dictionary,
                              "target_dictionary": model.decoder.dictionary})()  # fmt: skip
     eos = task.target_dictionary.eos()
     generator = torch.Generator().manual_seed(0)
     pairs = []
-    for src_len, tgt_len in [(5, 3), (9, 6), (2, 4)]:
+    for src_len, tgt_len in [(5, 3), (9, 6), (2, 4), (3, 9)]:
         src = torch.randint(4, 20, (src_len,), generator=generator).tolist() + [eos]
         tgt = torch.randint(4, 23, (tgt_len,), generator=generator).tolist() + [eos]
         pairs.append(Pair([], [], torch.tensor(src), torch.tensor(tgt)))
-    early, end = [], []
+    early, end, steps, behind = [], [], [], []  # steps: (P(</s>), position, p_t, last)
     with torch.no_grad():
         for pair in pairs:
             src, tgt = pair.src_tokens[None], pair.tgt_tokens
             prev = torch.cat([tgt.new_tensor([eos]), tgt[:-1]])[None]  # </s> + reference
             p_eos = []
             for t in range(len(tgt)):
-                logits, _ = model(src, torch.tensor([src.size(1)]), prev[:, : t + 1])
+                logits, extra = model(src, torch.tensor([src.size(1)]), prev[:, : t + 1])
                 p_eos.append(torch.softmax(logits[0, -1].double(), -1)[eos].item())
+                attn = extra if arch == "lstm" else extra["attn"][0]  # 1 x T x S
+                row = attn[0, -1].double()  # S: pieces, then </s>
+                position = sum(s * w for s, w in enumerate(row.tolist())) / row.sum().item()
+                p_t = None if arch == "lstm" else extra["p_t"][0][0, -1].item()
+                if t < len(tgt) - 1:  # a step before the reference's </s>
+                    pieces = src.size(1) - 1
+                    steps.append((p_eos[-1], position, p_t, max(pieces - 1, 1)))
+                    if p_t is not None:
+                        behind.append(position - p_t)
             early.append(sum(p_eos[:-1]))
             end.append(torch.tensor(p_eos[-1]).log().item())
-    profile = length_penalty.eos_profile(model, task, pairs, batch_size=2)
-    assert profile["sentences"] == 3
-    assert profile["premature_eos"] == pytest.approx(sum(early) / 3, abs=1e-4)
-    assert profile["end_eos_log_prob"] == pytest.approx(sum(end) / 3, abs=1e-4)
+    for by in (1, 2) if arch == "luong_tiny" else (1,):  # the attention's position, p_t
+        # the source's end in the widest gap between the middle half of the steps' values
+        read = sorted(step[by] / step[3] for step in steps)
+        middle = read[len(read) // 4 : 3 * len(read) // 4 + 1]
+        gap, below = max((b - a, a) for a, b in zip(middle, middle[1:]))
+        monkeypatch.setattr(length_penalty, "SOURCE_END", below + gap / 2)
+        profile = length_penalty.eos_profile(model, task, pairs, batch_size=2)
+        at_end = [(step[0], step[by] >= step[3] * length_penalty.SOURCE_END) for step in steps]
+        assert 0 < sum(at for _, at in at_end) < len(at_end)  # both kinds of step occur
+        infix = "" if by == 1 else "_p_t"
+        assert profile[f"premature_eos{infix}_at_source_end"] == pytest.approx(
+            sum(p for p, at in at_end if at) / 4, abs=1e-4
+        )
+        assert profile[f"early_steps{infix}_at_source_end"] == pytest.approx(
+            sum(at for _, at in at_end) / len(steps), abs=1e-4
+        )
+    assert profile["sentences"] == 4
+    assert profile["premature_eos"] == pytest.approx(sum(early) / 4, abs=1e-4)
+    assert profile["end_eos_log_prob"] == pytest.approx(sum(end) / 4, abs=1e-4)
+    if arch == "lstm":
+        assert profile["premature_eos_p_t_at_source_end"] is None
+        assert profile["p_t_behind_attention"] is None
+    else:
+        assert profile["p_t_behind_attention"] == pytest.approx(sum(behind) / len(behind), abs=1e-3)
 
 
 def result(name, seed, chosen, test_bleu, corpus="bible_es_en"):
@@ -72,7 +104,13 @@ def result(name, seed, chosen, test_bleu, corpus="bible_es_en"):
         "name": name, "corpus": corpus, "seed": seed, "lenpens": [0.6, 1.0, 1.4],
         "budget_json": "docs/experiments/sitting/bible_es_en/x.json", "checkpoint_update": 9,
         "budget_sitting": "2026-11-29 05:19", "valid": valid, "valid_greedy": scores(18.0, 0.97),
-        "valid_forced": {"premature_eos": 0.1 * seed, "end_eos_log_prob": -0.2, "sentences": 60},
+        "valid_forced": {
+            "premature_eos": 0.1 * seed, "end_eos_log_prob": -0.2, "sentences": 60,
+            "premature_eos_at_source_end": 0.03 * seed, "early_steps_at_source_end": 0.1,
+            "premature_eos_p_t_at_source_end": None if name == "global" else 0.05,
+            "early_steps_p_t_at_source_end": None if name == "global" else 0.12,
+            "p_t_behind_attention": None if name == "global" else 1.5 * seed,
+        },
         "chosen_lenpen": chosen, "test": {"1.0": scores(25.0), str(chosen): scores(test_bleu)},
         "started": "2026-11-29 09:00", "commit": "abc1234", "machine": "Intel Xeon, 2 cores",
     }  # fmt: skip
@@ -97,6 +135,11 @@ def test_the_page_shows_each_runs_choice_and_scores(tmp_path):
     assert cells[5] == "1.4 / 1"  # the choices, not their mean
     assert cells[7:9] == ["25.00 (25.00 / 25.00)", "25.50 (26.00 / 25.00)"]
     assert "| `local-p` | 20.00 / 20.00 | 20.00 / 21.00 | 21.00 / 20.00 |" in text
+    # where the attention stands: 0.1 - 0.03 and 0.2 - 0.06 before the source's end
+    assert (
+        "| `local-p` | 0.105 (0.070 / 0.140) | 0.045 (0.030 / 0.060) | 0.100 (0.100 / 0.100)"
+        " | 0.050 (0.050 / 0.050) | 0.120 (0.120 / 0.120) | 2.25 (1.50 / 3.00) |"
+    ) in text
     assert "`docs_en_fr_long`" not in text
     assert "JSONs written: 2026-11-29, commit abc1234, Intel Xeon, 2 cores." in text
     older = result("global", 1, 1.0, 25.0)
@@ -105,6 +148,11 @@ def test_the_page_shows_each_runs_choice_and_scores(tmp_path):
     length_penalty.render(str(page), str(tmp_path))
     row = next(line for line in page.read_text().splitlines() if line.startswith("| `global` |"))
     assert row.split(" | ")[4] == "–"
+    assert page.read_text().count("| `global` |") == 2  # no row where nothing stands
+    save(tmp_path, result("global", 2, 1.0, 25.0))  # global attention has no p_t
+    length_penalty.render(str(page), str(tmp_path))
+    assert ("| `global` | 0.140 (seed 2) | 0.060 (seed 2) | 0.100 (seed 2) | – | – | – |"
+            in page.read_text())  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -128,12 +176,15 @@ def test_a_sitting_without_the_runs_asked_for_is_refused(tmp_path, capsys):
     assert f"--budget-results {tmp_path}: no " in capsys.readouterr().err
 
 
-def test_a_json_without_the_forced_reading_is_not_done(tmp_path):
+def test_a_json_without_the_forced_reading_or_where_attention_stands_is_not_done(tmp_path):
     r = result("global", 1, 1.0, 25.0)
     path = tmp_path / "global.seed1.json"
     path.write_text(json.dumps(r))
     assert length_penalty.done(str(path), r["budget_json"], r["lenpens"])
     assert not length_penalty.done(str(path), r["budget_json"], [1.0])
+    del r["valid_forced"]["early_steps_at_source_end"]  # before where the attention stands
+    path.write_text(json.dumps(r))
+    assert not length_penalty.done(str(path), r["budget_json"], r["lenpens"])
     del r["valid_forced"]
     path.write_text(json.dumps(r))
     assert not length_penalty.done(str(path), r["budget_json"], r["lenpens"])

@@ -200,17 +200,27 @@ def force_decode(models, task, pairs: Sequence[Pair], batch_size=32, cpu=False) 
 
 def model_attention(model, src_tokens, src_lengths, prev_output_tokens, pad):
     """-> (B x T x S maps in the layout of ``src_tokens``, B x T p_t or None)."""
+    _, attn, p_t = forward_with_attention(model, src_tokens, src_lengths, prev_output_tokens, pad)
+    if attn is None:
+        raise ValueError(f"--path: {type(model).__name__} returns no attention")
+    return attn, p_t
+
+
+def forward_with_attention(model, src_tokens, src_lengths, prev_output_tokens, pad):
+    """One forward pass -> (its logits, in the batch's order: B x T x V; the B x T x S maps
+    in the layout of ``src_tokens``, or None where the model returns none; B x T p_t or
+    None)."""
     if right_padded_maps(model):  # it packs its input: longest source first
         order = src_lengths.argsort(descending=True)  # B
-        _, attn = model(src_tokens[order], src_lengths[order], prev_output_tokens[order])
+        logits, attn = model(src_tokens[order], src_lengths[order], prev_output_tokens[order])
+        back = order.argsort()
         if attn is None:
-            raise ValueError(f"--path: {type(model).__name__} returns no attention")
-        attn = attn[order.argsort()].float()  # B x T x S, right-padded layout
-        return right_to_left_padded(attn, src_tokens.ne(pad)), None
-    _, extra = model(src_tokens, src_lengths, prev_output_tokens)
-    if extra.get("attn", [None])[0] is None:
-        raise ValueError(f"--path: {type(model).__name__} returns no attention")
-    return extra["attn"][0].float(), extra.get("p_t", [None])[0]  # B x T x S, B x T
+            return logits[back], None, None
+        attn = attn[back].float()  # B x T x S, right-padded layout
+        return logits[back], right_to_left_padded(attn, src_tokens.ne(pad)), None
+    logits, extra = model(src_tokens, src_lengths, prev_output_tokens)
+    attn = extra.get("attn", [None])[0]
+    return logits, None if attn is None else attn.float(), extra.get("p_t", [None])[0]
 
 
 def right_padded_maps(model) -> bool:
