@@ -164,7 +164,8 @@ def eos_profile(model, task, pairs, batch_size: int = 64) -> dict:
                 weights = attn[b, :n][:, real].double()  # n x (pieces + 1)
                 positions = torch.arange(weights.size(1), dtype=torch.float64)
                 position = (weights * positions).sum(1) / weights.sum(1)  # n
-                last = max(weights.size(1) - 2, 1) * SOURCE_END  # of pieces 0 .. S_b - 2
+                # of pieces 0 .. S_b - 2: one piece is its source's end at every step
+                last = max(weights.size(1) - 2, 0) * SOURCE_END
                 steps["attention"] += zip(p_early.tolist(), (position >= last).tolist())
                 if p_t is not None:
                     centre = p_t[b, :n].double()  # n

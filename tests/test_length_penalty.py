@@ -48,7 +48,7 @@ def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step(arch, opt
     eos = task.target_dictionary.eos()
     generator = torch.Generator().manual_seed(0)
     pairs = []
-    for src_len, tgt_len in [(5, 3), (9, 6), (2, 4), (3, 9)]:
+    for src_len, tgt_len in [(5, 3), (9, 6), (2, 4), (3, 9), (1, 3)]:
         src = torch.randint(4, 20, (src_len,), generator=generator).tolist() + [eos]
         tgt = torch.randint(4, 23, (tgt_len,), generator=generator).tolist() + [eos]
         pairs.append(Pair([], [], torch.tensor(src), torch.tensor(tgt)))
@@ -67,14 +67,14 @@ def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step(arch, opt
                 p_t = None if arch == "lstm" else extra["p_t"][0][0, -1].item()
                 if t < len(tgt) - 1:  # a step before the reference's </s>
                     pieces = src.size(1) - 1
-                    steps.append((p_eos[-1], position, p_t, max(pieces - 1, 1)))
+                    steps.append((p_eos[-1], position, p_t, pieces - 1))
                     if p_t is not None:
                         behind.append(position - p_t)
             early.append(sum(p_eos[:-1]))
             end.append(torch.tensor(p_eos[-1]).log().item())
     for by in (1, 2) if arch == "luong_tiny" else (1,):  # the attention's position, p_t
         # the source's end in the widest gap between the middle half of the steps' values
-        read = sorted(step[by] / step[3] for step in steps)
+        read = sorted(step[by] / step[3] for step in steps if step[3] > 0)
         middle = read[len(read) // 4 : 3 * len(read) // 4 + 1]
         gap, below = max((b - a, a) for a, b in zip(middle, middle[1:]))
         monkeypatch.setattr(length_penalty, "SOURCE_END", below + gap / 2)
@@ -83,19 +83,48 @@ def test_the_forced_eos_profile_is_the_probability_of_eos_step_by_step(arch, opt
         assert 0 < sum(at for _, at in at_end) < len(at_end)  # both kinds of step occur
         infix = "" if by == 1 else "_p_t"
         assert profile[f"premature_eos{infix}_at_source_end"] == pytest.approx(
-            sum(p for p, at in at_end if at) / 4, abs=1e-4
+            sum(p for p, at in at_end if at) / 5, abs=1e-4
         )
         assert profile[f"early_steps{infix}_at_source_end"] == pytest.approx(
             sum(at for _, at in at_end) / len(steps), abs=1e-4
         )
-    assert profile["sentences"] == 4
-    assert profile["premature_eos"] == pytest.approx(sum(early) / 4, abs=1e-4)
-    assert profile["end_eos_log_prob"] == pytest.approx(sum(end) / 4, abs=1e-4)
+    assert profile["sentences"] == 5
+    assert profile["premature_eos"] == pytest.approx(sum(early) / 5, abs=1e-4)
+    assert profile["end_eos_log_prob"] == pytest.approx(sum(end) / 5, abs=1e-4)
     if arch == "lstm":
         assert profile["premature_eos_p_t_at_source_end"] is None
         assert profile["p_t_behind_attention"] is None
     else:
         assert profile["p_t_behind_attention"] == pytest.approx(sum(behind) / len(behind), abs=1e-3)
+
+
+def test_one_forward_pass_gives_each_sentence_its_own_logits_and_map_in_any_order():
+    """forced.forward_with_attention on a batch of fairseq's lstm whose sources are not
+    sorted by length (it sorts them to pack, and must put its logits and maps back) against
+    each sentence alone; the maps in the batch's left-padded layout."""
+    from fairseq.data import data_utils
+
+    from luong_plugin.analysis import forced
+
+    model = build("lstm", **TINY_LSTM).eval()
+    pad, eos = model.encoder.dictionary.pad(), model.encoder.dictionary.eos()
+    generator = torch.Generator().manual_seed(1)
+    sources = [torch.randint(4, 20, (n,), generator=generator).tolist() + [eos] for n in (2, 7, 4)]
+    targets = [torch.randint(4, 20, (5,), generator=generator).tolist() + [eos] for _ in sources]
+    src_tokens = data_utils.collate_tokens(
+        [torch.tensor(x) for x in sources], pad, eos, left_pad=True
+    )
+    prev = data_utils.collate_tokens([torch.tensor(y) for y in targets], pad, eos,
+                                     move_eos_to_beginning=True)  # fmt: skip
+    lengths = torch.tensor([len(x) for x in sources])
+    with torch.no_grad():
+        logits, attn, p_t = forced.forward_with_attention(model, src_tokens, lengths, prev, pad)
+        assert p_t is None
+        for b, source in enumerate(sources):
+            alone, alone_attn = model(torch.tensor([source]), lengths[b : b + 1], prev[b : b + 1])
+            torch.testing.assert_close(logits[b], alone[0], atol=1e-5, rtol=0)
+            real = src_tokens[b].ne(pad)
+            torch.testing.assert_close(attn[b][:, real], alone_attn[0].float(), atol=1e-5, rtol=0)
 
 
 def result(name, seed, chosen, test_bleu, corpus="bible_es_en"):
