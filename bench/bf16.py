@@ -26,6 +26,9 @@ PAPER = [OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16]
 GENERATE = [OURS, OURS + BF16, DEMO, DEMO + BF16]
 MEMORY = [OURS, OURS + BF16, OURS + FUSED, OURS + FUSED + BF16]
 PROFILE = [OURS + BF16, OURS + FUSED + BF16]
+# the fp32 and bf16 runs profiled by kind of operator, where both were built
+KIND_PAIRS = [(OURS, OURS + BF16), (OURS + FUSED, OURS + FUSED + BF16), (DEMO, DEMO + BF16)]
+KIND_ROUNDS = 5
 
 
 def run_section(args, bin_dir: str, training: Callable, generation: Callable,
@@ -59,6 +62,8 @@ def run_section(args, bin_dir: str, training: Callable, generation: Callable,
         for name in PROFILE
         if name in built
     }
+    log("bf16: bf16's gain by kind of operator")
+    out["kinds"] = kinds_of(built, batches[0], 1 if quick else KIND_ROUNDS)
     del built
 
     if not quick:
@@ -80,6 +85,23 @@ def run_section(args, bin_dir: str, training: Callable, generation: Callable,
         name: memory(name, demo.max_tokens) for name in (MEMORY[:2] if quick else MEMORY)
     }
     return out
+
+
+def kinds_of(built: dict, batch: dict, rounds: int) -> dict:
+    """Each fp32 and bf16 pair of ``KIND_PAIRS`` that was built, profiled by kind of operator
+    (``measure.profile_kinds``) on one update of ``batch``, the pairs' systems interleaved
+    round by round after a warm-up; each figure is the least of its rounds."""
+    rows, steps = batch["target"].shape  # B x T
+    names = [n for pair in KIND_PAIRS for n in pair if all(m in built for m in pair)]
+    runs = {n: measure.make_update(built[n][2], built[n][3], [batch]) for n in names}
+    for run in runs.values():
+        run()  # warm-up
+    least = {n: {} for n in names}
+    for _ in range(rounds):
+        for n in names:
+            for kind, ms in measure.profile_kinds(runs[n], rows, steps).items():
+                least[n][kind] = min(ms, least[n].get(kind, ms))
+    return {"batch": [rows, steps], "rounds": rounds, "ms": least}
 
 
 def flops_of(train: dict, batches, dims: dict, gemm: dict) -> dict:
@@ -188,6 +210,7 @@ def markdown(r: dict) -> list:
                 f"| {name} | {v['peak'] / 2**20:.0f} | {(v['peak'] - v['rss_before']) / 2**20:.0f} | "
                 f"{f'{ratio:.2f}x' if ratio else ''} |"
             )
+    out += kinds_markdown(b.get("kinds"))
     for name, rows in b.get("profile", {}).items():
         out += [
             "",
@@ -195,6 +218,38 @@ def markdown(r: dict) -> list:
             "",
             *profile_markdown(rows),
         ]
+    return out
+
+
+def kinds_markdown(kinds) -> list:
+    """The table of bf16's gain by kind of operator, or nothing (a JSON written before it)."""
+    if not kinds or not kinds["ms"]:
+        return []
+    B, T = kinds["batch"]
+    out = [
+        "",
+        f"Where bf16 gains, by kind of operator: one update of the first batch ({B} sentences x "
+        f"{T} target steps), `torch.profiler` self CPU time in ms, the least of "
+        f"{kinds['rounds']} profiles of each run, the runs interleaved "
+        "(`bench/measure.py:operator_kind`): a step's products are those of the input-feeding "
+        "loop, forward and backward, with the batch's rows (B x 512 by 512 x 4H and the like); "
+        "a step's attention products are its B x 1 x K batched products, fp32 by design; the "
+        "products over the whole batch are the encoder's LSTM, the output layer, the loss and "
+        "the weights' gradients (one GEMM over all steps); the rest is every other operator "
+        "(elementwise work, casts, softmax, autograd's nodes, Adam).",
+        "",
+        "| system | kind | fp32 ms | bf16 ms | bf16 vs fp32 | share of the bf16 update |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for fp32, bf16 in KIND_PAIRS:
+        if fp32 not in kinds["ms"] or bf16 not in kinds["ms"]:
+            continue
+        a, b = kinds["ms"][fp32], kinds["ms"][bf16]
+        total_b = sum(b.values())
+        for kind in measure.KINDS + ("all",):
+            x, y = (sum(a.values()), total_b) if kind == "all" else (a[kind], b[kind])
+            out.append(f"| {fp32} | {kind} | {x:.1f} | {y:.1f} | "
+                       f"{f'{x / y:.2f}x' if y else ''} | {y / total_b:.0%} |")  # fmt: skip
     return out
 
 

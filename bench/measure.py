@@ -401,3 +401,57 @@ def profile_table(run: Callable[[], None], rows: int) -> List[Dict[str, object]]
         }
         for e in events[:rows]
     ]
+
+
+# -- bf16's gain by kind of operator ----------------------------------------------
+KINDS = (
+    "products of one step (B rows)",
+    "products over the whole batch",
+    "attention products of one step (bmm)",
+    "the rest",
+)
+_MATRIX_PRODUCTS = {
+    "aten::mm": 0,
+    "aten::addmm": 1,
+    "aten::addmm_": 1,
+    "mkldnn::_linear_pointwise": 0,
+}
+_BATCHED_PRODUCTS = {"aten::bmm", "aten::baddbmm"}
+_RNN = {"aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward"}
+
+
+def operator_kind(op: str, shapes: list, rows: int, steps: int, calls: int) -> str:
+    """The kind (``KINDS``) of one profiled operator and its input shapes in a training update
+    of a batch of ``rows`` sentences and ``steps`` target steps: a matrix product whose output
+    has the batch's rows and that runs at least once a step is a step's (the input-feeding
+    loop's, forward or backward); a batched product of one row per sentence
+    (B x 1 x K by B x K x N) is a step's attention; oneDNN's LSTM and the other products run
+    once over the whole batch (the encoder, the output layer, the loss, the weights'
+    gradients); everything else is the rest."""
+    if op in _MATRIX_PRODUCTS:
+        operand = shapes[_MATRIX_PRODUCTS[op]] if len(shapes) > _MATRIX_PRODUCTS[op] else []
+        if len(operand) == 2 and operand[0] == rows and calls >= steps:
+            return KINDS[0]
+        return KINDS[1]
+    if op in _BATCHED_PRODUCTS:
+        operand = shapes[0] if shapes else []
+        if len(operand) == 3 and operand[0] == rows and operand[1] == 1:
+            return KINDS[2]
+        return KINDS[1]
+    if op in _RNN:
+        return KINDS[1]
+    return KINDS[3]
+
+
+def profile_kinds(run: Callable[[], None], rows: int, steps: int) -> Dict[str, float]:
+    """Self CPU milliseconds of one call of ``run`` (torch.profiler) by ``operator_kind``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        run()
+    ms = dict.fromkeys(KINDS, 0.0)
+    for e in prof.key_averages(group_by_input_shape=True):
+        ms[operator_kind(e.key, e.input_shapes, rows, steps, e.count)] += (
+            e.self_cpu_time_total / 1000
+        )
+    return ms

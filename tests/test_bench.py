@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import REPO
 
 
@@ -53,6 +54,50 @@ def test_bench_quick_mode_writes_a_report(bible, tmp_path):
         assert bf16["train"]["global-general feed [bf16]"]["tok_s"] > 0
         assert bf16["gemm"]["bf16"] > 0 and bf16["generate"] and bf16["memory"] and bf16["profile"]
         assert "| global-general feed [bf16] |" in text
+        kinds = bf16["kinds"]["ms"]["global-general feed [bf16]"]
+        assert all(kinds[kind] > 0 for kind in kinds), kinds
+        assert "| global-general feed | products of one step (B rows) |" in text
+
+
+def test_operator_kinds_tell_a_step_from_the_whole_batch():
+    """bench/measure.py's kinds: a matrix product with the batch's rows run once a step is a
+    step's; fewer calls, or other rows, are the whole batch's; a B x 1 x K batched product is
+    a step's attention; oneDNN's LSTM is the whole batch's; anything else is the rest. A
+    profile of a loop of known products splits its time so."""
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import measure
+
+    step, whole, attention, rest = measure.KINDS
+    B, T = 8, 5
+    assert measure.operator_kind("aten::mm", [[B, 16], [16, 32]], B, T, T) == step
+    assert (
+        measure.operator_kind("aten::addmm", [[32], [B, 16], [16, 32], [], []], B, T, 2 * T) == step
+    )
+    assert measure.operator_kind("aten::mm", [[B, 16], [16, 32]], B, T, T - 1) == whole
+    assert measure.operator_kind("aten::mm", [[16, B * T], [B * T, 32]], B, T, 1) == whole
+    assert (
+        measure.operator_kind("aten::addmm_", [[9, 4], [9, 40], [40, 4], [], []], B, T, 1) == whole
+    )
+    assert measure.operator_kind("aten::bmm", [[B, 1, 16], [B, 16, 7]], B, T, 2 * T) == attention
+    assert measure.operator_kind("aten::bmm", [[B, 16, T], [B, T, 7]], B, T, 1) == whole
+    assert measure.operator_kind("aten::mkldnn_rnn_layer", [[T, B, 16]], B, T, 1) == whole
+    assert measure.operator_kind("aten::add", [[B, 16], [B, 16], []], B, T, T) == rest
+
+    x, w = torch.randn(B, 64), torch.randn(64, 64)
+    q, k = torch.randn(B, 1, 64), torch.randn(B, 64, 12)
+    big = torch.randn(256, 256)
+
+    def run():
+        h = x
+        for _ in range(T):
+            h = torch.tanh(h.mm(w))  # a step's product, then the rest
+            q.bmm(k)  # a step's attention
+        big.mm(big)  # the whole batch's
+
+    run()
+    ms = measure.profile_kinds(run, B, T)
+    assert list(ms) == list(measure.KINDS)
+    assert all(ms[kind] > 0 for kind in measure.KINDS), ms
 
 
 @pytest.mark.slow
