@@ -328,6 +328,16 @@ def test_fp32_is_the_default_and_runs_without_autocast():
 
 
 # -- checkpoints through fairseq's entry points (CPU) -----------------------------------
+def scored(output):
+    """{sentence id: (score, text)} for fairseq-generate's 'H-12\t-0.3\ttext' lines."""
+    rows = {}
+    for line in output.splitlines():
+        if line.startswith("H-"):
+            head, score, text = line.split("\t")
+            rows[int(head[2:])] = (float(score), text)
+    return rows
+
+
 needs_cpu_bf16 = pytest.mark.skipif(
     not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16"
 )
@@ -350,12 +360,17 @@ def test_checkpoint_trained_in_one_precision_decodes_in_the_other(
     )
     assert models[0].decoder.compute_dtype == precision.compute_dtype(decoded)
 
-    as_trained, other = parse(generate(bible / "bin", path), "H"), parse(
-        generate(bible / "bin", path, *override), "H"
+    as_trained, other = scored(generate(bible / "bin", path)), scored(
+        generate(bible / "bin", path, *override)
     )
     assert len(as_trained) == len(other) == 29
-    same = sum(as_trained[i] == other[i] for i in as_trained)
-    assert same >= 0.8 * len(as_trained), f"{same} of {len(as_trained)} hypotheses agree"
+    same = [i for i in as_trained if as_trained[i][1] == other[i][1]]
+    assert len(same) >= 0.8 * len(as_trained), f"{len(same)} of {len(as_trained)} hypotheses agree"
+    # 40 updates leave a tiny model saying much the same for every sentence, so equal text
+    # says little: the same hypothesis must also score the same, to bf16's rounding (the
+    # two precisions differed by at most 0.015 in their mean log-probability)
+    for i in same:
+        assert abs(as_trained[i][0] - other[i][0]) < 0.05, (i, as_trained[i], other[i])
     lines = (bible / "spm" / "test.es").read_text().splitlines()[:2]
     out = fairseq(
         "fairseq-interactive", bible / "bin", "--user-dir", USER_DIR, "--path", path,
