@@ -229,8 +229,8 @@ def kinds_markdown(kinds) -> list:
     out = [
         "",
         f"Where bf16 gains, by kind of operator: one update of the first batch ({B} sentences x "
-        f"{T} target steps), `torch.profiler` self CPU time in ms, the least of "
-        f"{kinds['rounds']} profiles of each run, the runs interleaved "
+        f"{T} target steps), `torch.profiler` self CPU time in ms, each kind's least of "
+        f"{kinds['rounds']} profiles of each run, the runs interleaved, the totals their sums "
         "(`bench/measure.py:operator_kind`): a step's products are those of the input-feeding "
         "loop, forward and backward, with the batch's rows (B x 512 by 512 x 4H and the like); "
         "a step's attention products are its B x 1 x K batched products, fp32 by design; the "
