@@ -143,7 +143,8 @@ def eos_profile(model, task, pairs, batch_size: int = 64) -> dict:
     early, end = [], []
     steps = {"attention": [], "p_t": []}  # per early step: (P(</s>), at the end)
     behind = []  # per early step of local-p: attention's position - p_t
-    # longest source first: fairseq's lstm packs its batch and needs the lengths sorted
+    # longest source first, so a batch holds sources of like lengths (forward_with_attention
+    # itself orders the batch that fairseq's lstm packs)
     pairs = sorted(pairs, key=lambda pair: -len(pair.src_tokens))
     with torch.no_grad():
         for start in range(0, len(pairs), batch_size):

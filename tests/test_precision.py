@@ -31,6 +31,7 @@ from conftest import (
 from fairseq import checkpoint_utils
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from luong_plugin.analysis.generate_output import parse_generate
 from luong_plugin.criterions.fused_cross_entropy import fused_output_loss
 from luong_plugin.modules import precision
 from luong_plugin.modules.options import OptionError
@@ -328,16 +329,6 @@ def test_fp32_is_the_default_and_runs_without_autocast():
 
 
 # -- checkpoints through fairseq's entry points (CPU) -----------------------------------
-def scored(output):
-    """{sentence id: (score, text)} for fairseq-generate's 'H-12\t-0.3\ttext' lines."""
-    rows = {}
-    for line in output.splitlines():
-        if line.startswith("H-"):
-            head, score, text = line.split("\t")
-            rows[int(head[2:])] = (float(score), text)
-    return rows
-
-
 needs_cpu_bf16 = pytest.mark.skipif(
     not precision.cpu_has_native_bf16(), reason="this CPU has no native bf16"
 )
@@ -360,19 +351,19 @@ def test_checkpoint_trained_in_one_precision_decodes_in_the_other(
     )
     assert models[0].decoder.compute_dtype == precision.compute_dtype(decoded)
 
-    as_trained, other = scored(generate(bible / "bin", path)), scored(
+    as_trained, other = parse_generate(generate(bible / "bin", path)), parse_generate(
         generate(bible / "bin", path, *override)
     )
     assert len(as_trained) == len(other) == 29
-    same = [i for i in as_trained if as_trained[i][1] == other[i][1]]
+    same = [i for i in as_trained if as_trained[i].hypothesis == other[i].hypothesis]
     assert len(same) >= 0.8 * len(as_trained), f"{len(same)} of {len(as_trained)} hypotheses agree"
     # 40 updates leave a tiny model saying much the same for every sentence, so equal text
     # says little: the same hypothesis must also score the same, to bf16's rounding (the
     # two precisions differed by at most 0.015 in their mean log-probability)
     for i in same:
-        assert abs(as_trained[i][0] - other[i][0]) < 0.05, (i, as_trained[i], other[i])
+        assert abs(as_trained[i].score - other[i].score) < 0.05, (i, as_trained[i], other[i])
     # and the override reached fairseq-generate: the other precision rounds differently
-    assert any(as_trained[i][0] != other[i][0] for i in same)
+    assert any(as_trained[i].score != other[i].score for i in same)
     lines = (bible / "spm" / "test.es").read_text().splitlines()[:2]
     out = fairseq(
         "fairseq-interactive", bible / "bin", "--user-dir", USER_DIR, "--path", path,
