@@ -63,9 +63,11 @@ def result_path(name: str, seed: int) -> str:
 def run(name: str, seed: int, args) -> dict:
     what, env_change = RUNS[name]
     run_dir = os.path.join(RUN_DIRS, f"{name}.seed{seed}")
+    # LENPEN=1: fairseq's default length penalty, as every committed sitting decoded (demo.sh
+    # now chooses it on the valid chapters; docs/LENGTH_PENALTY.md decodes such runs again)
     env = dict(
         os.environ, RUN=run_dir, SEED=str(seed), MINUTES=str(args.minutes), EXPLORE="0",
-        DATA=args.data, **env_change,
+        DATA=args.data, LENPEN="1", **env_change,
     )  # fmt: skip
     commit = describe_commit()
     started = time.strftime("%Y-%m-%d %H:%M")
@@ -92,6 +94,7 @@ def run(name: str, seed: int, args) -> dict:
         "valid_ppl": {str(u): p for u, p in sorted(valid.items())},
         "bleu": scores["bleu"],
         "chrf": scores["chrf"],
+        "lenpen": scores["lenpen"],
         "bleu_signature": scores["bleu_signature"],
         "chrf_signature": scores["chrf_signature"],
         "started": started,

@@ -33,7 +33,6 @@ values it adds). Decoding is not timed, so other work may run beside it.
 
 import argparse
 import os
-import re
 import subprocess
 import textwrap
 import threading
@@ -41,12 +40,14 @@ import time
 
 from experiments import corpus_budget, harness
 from luong_plugin.analysis.generate_output import parse_generate
+from luong_plugin.analysis.lenpen import choose as choose_lenpen
+from luong_plugin.analysis.lenpen import whole_decoding
 from luong_plugin.analysis.report import bleu_lengths, hypotheses, score
 
 RESULTS = harness.results_dir("length_penalty")
 _forced_lock = threading.Lock()  # runs go on threads; one model read in this process at once
 PAGE = os.path.join(harness.REPO, "docs", "LENGTH_PENALTY.md")
-LENPENS = [0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0]
+LENPENS = [0.6, 1.0, 1.4, 1.8, 2.2, 2.6, 3.0]  # the recipes' (lenpen.LENPENS) and 2.6 and 3
 DEFAULT_RUNS = ["local-p", "global"]
 # corpus_budget's decoding (demo.sh's beam 5, every sentence) without the alignments,
 # which change no hypothesis
@@ -71,17 +72,9 @@ def checkpoint_update(path: str) -> int:
 
 
 def finished(out: str, checkpoint: str) -> bool:
-    """Whether ``out`` holds a whole decoding by this checkpoint: written after it, and its
-    log's last line fairseq-generate's closing count (a killed run never writes it)."""
-    if not (os.path.exists(out) and os.path.exists(out + ".log")):
-        return False
-    if os.path.getmtime(out) < os.path.getmtime(checkpoint):
-        return False
-    with open(out + ".log", encoding="utf-8") as f:
-        lines = f.read().strip().splitlines()
-    return (
-        bool(lines) and re.search(r"generate\W+Translated [\d,]+ sentences", lines[-1]) is not None
-    )
+    """Whether ``out`` holds a whole decoding by this checkpoint (the recipes' test,
+    ``luong_plugin.analysis.lenpen.whole_decoding``)."""
+    return whole_decoding(out, checkpoint)
 
 
 def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, out: str, python):
@@ -208,12 +201,10 @@ def forced_eos(corpus: str, checkpoint: str, split: str = "valid") -> dict:
 
 
 def choose(valid: dict) -> float:
-    """The length penalty of the highest valid sacreBLEU; a tie goes to the one nearest 1,
-    then to the smaller (distances compared rounded, so 0.6 and 1.4 are equally far)."""
-    return max(
-        (float(k) for k in valid),
-        key=lambda lp: (valid[str(lp)]["bleu"], -round(abs(lp - 1), 9), -lp),
-    )
+    """The length penalty of the highest valid sacreBLEU, as the recipes choose it
+    (``luong_plugin.analysis.lenpen.choose``: a tie goes to the one nearest 1, then to the
+    smaller)."""
+    return choose_lenpen({float(k): r["bleu"] for k, r in valid.items()})
 
 
 def done(path: str, budget_json: str, lenpens) -> bool:

@@ -28,7 +28,8 @@ def fake_demo(scores):
     def call(cmd, env, cwd, stdout):
         assert cmd == ["bash", budget.DEMO] and cwd == budget.REPO
         seen.append(
-            {k: env.get(k) for k in ("RUN", "SEED", "MINUTES", "PEER", "PRECISION", "EXPLORE")}
+            {k: env.get(k) for k in ("RUN", "SEED", "MINUTES", "PEER", "PRECISION", "EXPLORE",
+                                     "LENPEN")}  # fmt: skip
         )
         os.makedirs(env["RUN"], exist_ok=True)
         with open(os.path.join(env["RUN"], "train.log"), "w") as f:
@@ -42,7 +43,8 @@ def fake_demo(scores):
 
 def report(bleu, updates):
     return {
-        "sentences": 999, "bleu": bleu, "chrf": bleu + 20, "bleu_signature": "nrefs:1|tok:13a",
+        "sentences": 999, "bleu": bleu, "chrf": bleu + 20, "lenpen": 1.0,
+        "bleu_signature": "nrefs:1|tok:13a",
         "chrf_signature": "nrefs:1|nc:6",
         "training": {"updates": updates, "wall_s": 900, "valid_ppl": 19.9,
                      "best_checkpoint": {"update": 1120, "valid_loss": 4.5, "valid_ppl": 19.9}},
@@ -60,11 +62,13 @@ def test_runs_write_results_render_and_resume(tmp_path, monkeypatch, capsys):
     budget.main(["--runs", "demo", "global", "--seeds", "1", "--minutes", "0.5", "--out", str(out)])
     assert [(s["PEER"], s["PRECISION"]) for s in seen] == [("", "bf16"), ("global", "bf16")]
     assert seen[0]["SEED"] == "1" and seen[0]["MINUTES"] == "0.5" and seen[0]["EXPLORE"] == "0"
+    assert seen[0]["LENPEN"] == "1"  # fairseq's default, as the committed sittings decoded
     assert seen[0]["RUN"] == str(tmp_path / "runs" / "demo.seed1")
     saved = json.loads((tmp_path / "results" / "demo.seed1.json").read_text())
     assert saved["updates"] == 3000 and saved["bleu"] == 30.0 and saved["chrf"] == 50.0
     assert saved["valid_ppl"] == {"560": 51.4, "1120": 19.9}
     assert saved["best_checkpoint"]["update"] == 1120  # the validation decoded
+    assert saved["lenpen"] == 1.0
     # the finished runs are skipped; seed 2 of the demo runs
     budget.main(["--runs", "demo", "--seeds", "1", "2", "--minutes", "0.5", "--out", str(out)])
     assert len(seen) == 3 and seen[2]["SEED"] == "2" and seen[2]["PEER"] == ""
@@ -158,7 +162,9 @@ def test_demo_sh_refuses_a_window_that_is_not_a_positive_whole_number(window):
     "variable, value, message",
     [("FORGET_GATE_BIAS", v, "FORGET_GATE_BIAS must be a decimal number")
      for v in ("x", "1e3", "0.", "--1")]
-    + [("SIGMA", v, "SIGMA must be a decimal number >= 0") for v in ("x", "-1", "1e3", "5.")],
+    + [("SIGMA", v, "SIGMA must be a decimal number >= 0") for v in ("x", "-1", "1e3", "5.")]
+    + [("LENPEN", v, "LENPEN must be auto") for v in ("x", "-1", "1,,2", "1,")]
+    + [("LENPEN", "1,1.0", "LENPEN must give each value once")],
 )  # fmt: skip
 def test_demo_sh_refuses_a_value_that_is_not_a_decimal_number(variable, value, message):
     env = dict(os.environ, DRY_RUN="1", **{variable: value})
@@ -168,13 +174,16 @@ def test_demo_sh_refuses_a_value_that_is_not_a_decimal_number(variable, value, m
 
 
 def demo_commands(**env):
-    """demo.sh's two commands for ``env``; PRECISION defaults to fp32 here, so that
-    demo.sh need not start Python to ask default_precision (tested on its own below)."""
+    """demo.sh's training and test decoding commands for ``env``; PRECISION defaults to
+    fp32 here, so that demo.sh need not start Python to ask default_precision (tested on its
+    own below). ``demo_commands.search``: the --lenpen search between them, or None."""
     env = {"PRECISION": "fp32", **env}
     run = subprocess.run(["bash", budget.DEMO], env=dict(os.environ, DRY_RUN="1", **env),
                          capture_output=True, text=True, check=True)  # fmt: skip
-    train, generate = run.stdout.splitlines()
-    return shlex.split(train), shlex.split(generate)
+    lines = [shlex.split(line) for line in run.stdout.splitlines()]
+    assert len(lines) in (2, 3), run.stdout
+    demo_commands.search = lines[1] if len(lines) == 3 else None
+    return lines[0], lines[-1]
 
 
 def parsed(train):
@@ -264,6 +273,36 @@ def test_demo_sh_trains_what_its_environment_says():
     assert "--forget-gate-bias" not in train  # an option of ours only
     lstm = parsed(train)
     assert (lstm.encoder_layers, lstm.decoder_hidden_size, lstm.dropout) == (1, 256, 0.2)
+
+
+def test_demo_sh_chooses_the_length_penalty_on_the_valid_chapters_unless_told():
+    """LENPEN=auto (the default) runs lenpen.py's search on the valid chapters, decoded as
+    the test chapters are but for the maps, and decodes the test with the value it prints;
+    one value decodes with it and searches nothing."""
+    from fairseq import options
+
+    _, generate = demo_commands(RUN="/tmp/x")
+    search = demo_commands.search
+    assert generate[-2:] == ["--lenpen", "CHOSEN"]
+    assert search[:3] == ["python", "-m", "luong_plugin.analysis.lenpen"]
+    assert search[search.index("--lenpens") + 1] == "auto"
+    assert search[search.index("--reference") + 1] == "data/bible_es_en/raw/valid.en"
+    assert search[search.index("--out-dir") + 1] == "/tmp/x/valid"
+    command = search[search.index("--") + 1 :]
+    assert command[0] == "recipes/with_tcmalloc" and command[1].endswith("fairseq-generate")
+    parser = options.get_generation_parser
+    valid = options.parse_args_and_arch(parser(), command[2:])
+    test = options.parse_args_and_arch(parser(), generate[1:-2])
+    assert (valid.gen_subset, test.gen_subset) == ("valid", "test")
+    assert (valid.print_alignment, test.print_alignment) == (None, "soft")
+    same = ("path", "beam", "batch_size", "required_batch_size_multiple", "lenpen", "data")
+    assert [getattr(valid, k) for k in same] == [getattr(test, k) for k in same]
+
+    _, generate = demo_commands(LENPEN="1,1.4")
+    assert demo_commands.search[demo_commands.search.index("--lenpens") + 1] == "1,1.4"
+    _, generate = demo_commands(LENPEN="1.4")
+    assert demo_commands.search is None
+    assert options.parse_args_and_arch(parser(), generate[1:]).lenpen == 1.4
 
 
 def test_demo_sh_takes_the_measured_default_precision():

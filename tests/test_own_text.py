@@ -57,13 +57,14 @@ def bad_inputs(tmp_path):
             (*ok, "--", "--arch", "lstm"),
             ["-- --arch: run.sh sets this flag; use --model"],
         ),
+        "lenpen": ((*ok, "--lenpen", "1,1.0"), ["--lenpen '1,1.0': give each value once"]),
     }
 
 
 @pytest.mark.parametrize(
     "case",
     ["missing", "counts", "empty", "utf8", "model", "budgets", "minutes", "epochs", "small",
-     "half-pair", "precision", "own-flag"],
+     "half-pair", "precision", "own-flag", "lenpen"],
 )  # fmt: skip
 def test_run_sh_stops_on_bad_input_with_one_line_and_writes_nothing(tmp_path, case):
     args, expected = bad_inputs(tmp_path)[case]
@@ -155,7 +156,8 @@ def dry_run(tmp_path, *more, **env):
     assert run.returncode == 0, run.stderr
     assert not out.exists()  # a dry run writes nothing
     commands = {line.split()[0]: shlex.split(line) for line in run.stdout.splitlines()
-                if line.startswith("fairseq-")}  # fmt: skip
+                if line.startswith(("fairseq-", "python "))}  # fmt: skip
+    dry_run.search = commands.get("python")  # the --lenpen search, when there is one
     return commands["fairseq-train"], commands["fairseq-generate"], out
 
 
@@ -180,10 +182,24 @@ def test_dry_run_trains_the_recommended_model_with_the_demos_optimisation(tmp_pa
     assert args.precision == default_precision()
     assert (args.source_lang, args.target_lang, args.seed) == ("es", "en", 1)
     assert args.data == str(out / "bin") and args.save_dir == str(out / "checkpoints")
-    args = parsed(generate, options.get_generation_parser)
+    # the test's --lenpen is the value the search prints; the search decodes the valid lines
+    # as the test's are decoded, without the maps
+    assert generate[-2:] == ["--lenpen", "CHOSEN"]
+    args = parsed(generate[:-2], options.get_generation_parser)
     assert args.path == str(out / "checkpoints" / "checkpoint_best.pt") and args.beam == 5
     assert args.required_batch_size_multiple == 1 and args.print_alignment == "soft"
     assert args.gen_subset == "test"
+    search = dry_run.search
+    assert search[:3] == ["python", "-m", "luong_plugin.analysis.lenpen"]
+    assert search[search.index("--lenpens") + 1] == "auto"
+    assert search[search.index("--reference") + 1] == str(out / "raw" / "valid.en")
+    command = search[search.index("--") + 1 :]
+    assert command[0].endswith("with_tcmalloc") and command[1].endswith("fairseq-generate")
+    valid = parsed(command[1:], options.get_generation_parser)
+    assert valid.gen_subset == "valid" and valid.print_alignment is None
+    assert {k: v for k, v in vars(valid).items() if k not in ("gen_subset", "print_alignment")} == {
+        k: v for k, v in vars(args).items() if k not in ("gen_subset", "print_alignment")
+    }
 
 
 def test_dry_run_global_with_epochs_and_flags_after_the_double_dash(tmp_path):
@@ -191,13 +207,14 @@ def test_dry_run_global_with_epochs_and_flags_after_the_double_dash(tmp_path):
 
     train, generate, _ = dry_run(
         tmp_path, "--model", "global", "--epochs", "3", "--seed", "7", "--beam", "4",
-        "--", "--max-tokens", "4000", "--encoder-layers", "2", PRECISION="fp32",
+        "--lenpen", "1.4", "--", "--max-tokens", "4000", "--encoder-layers", "2", PRECISION="fp32",
     )  # fmt: skip
     args = parsed(train, options.get_training_parser)
     assert args.arch == "luong_recommended_global" and args.attention_window == "global"
     assert (args.max_epoch, args.stop_time_hours, args.seed) == (3, 0, 7)
     assert (args.max_tokens, args.encoder_layers, args.precision) == (4000, 2, "fp32")
-    assert parsed(generate, options.get_generation_parser).beam == 4
+    decode = parsed(generate, options.get_generation_parser)
+    assert (decode.beam, decode.lenpen) == (4, 1.4) and dry_run.search is None  # one value
 
 
 def test_dry_run_local_m(tmp_path):
@@ -215,11 +232,12 @@ def test_dry_run_local_m(tmp_path):
 @pytest.mark.slow
 def test_run_sh_on_a_bible_slice_end_to_end_then_again(bible, tmp_path):
     """Held-out split, SentencePiece, fairseq-preprocess, 20 updates of a 32-cell model,
-    beam search, scores and the explorer; a second run does each step no more."""
+    the length penalty chosen on the valid lines, beam search, scores and the explorer; a
+    second run does each step no more."""
     out = tmp_path / "es-en"
     args = (
         "--src", bible / "raw" / "train.es", "--tgt", bible / "raw" / "train.en", "--out", out,
-        "--valid", "20", "--test", "20", "--vocab", "500", "--epochs", "1",
+        "--valid", "20", "--test", "20", "--vocab", "500", "--epochs", "1", "--lenpen", "1,2",
         "--", "--max-update", "20", "--encoder-embed-dim", "32", "--encoder-hidden-size", "32",
         "--decoder-embed-dim", "32", "--decoder-hidden-size", "32",
         "--decoder-out-embed-dim", "32",
@@ -234,13 +252,18 @@ def test_run_sh_on_a_bible_slice_end_to_end_then_again(bible, tmp_path):
     assert "nc:6" in report["chrf_signature"]
     assert f"sacreBLEU {report['bleu']:.2f}  ({report['bleu_signature']})" in run.stdout
     assert len((out / "test.hyp").read_text().splitlines()) == 20
+    search = json.loads((out / "valid" / "lenpen.json").read_text())
+    assert sorted(search["scores"]) == ["1", "2"] and search["sentences"] == 20
+    assert report["lenpen"] == search["chosen"]
+    assert f"--lenpen {search['chosen']:g}" in (out / ".decoded").read_text()
     summary = (out / "summary.txt").read_text()
     assert str(checkpoint) in summary and str(out / "explore.html") in summary
+    assert f"--lenpen {search['chosen']:g}, chosen on the valid lines" in summary
     stamp = checkpoint.stat().st_mtime_ns
 
     again = run_sh(*args, PRECISION="fp32")
     assert again.returncode == 0, again.stderr[-3000:]
-    for step in ("spm", "fairseq-preprocess", "train", "generate", "report", "explore"):
+    for step in ("spm", "fairseq-preprocess", "train", "lenpen", "generate", "report", "explore"):
         assert f"[{step}] done, skipped" in again.stdout
     assert checkpoint.stat().st_mtime_ns == stamp
     assert again.stdout.endswith(summary)

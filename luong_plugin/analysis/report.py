@@ -6,7 +6,8 @@ Prints sacreBLEU and chrF with their signatures (detokenised output against the
 raw reference), a few sample translations, and the path of an attention heatmap;
 writes DIR/test.hyp (one detokenised hypothesis per reference line) and
 DIR/report.json (the scores, their signatures, BLEU's length ratio, brevity penalty and
-n-gram precisions, and the training summary).
+n-gram precisions, the training summary, and with ``--lenpen`` the length penalty the test
+split was decoded with).
 """
 
 import argparse
@@ -96,6 +97,8 @@ def main(argv=None):
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--train-log", default=None)
     parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--lenpen", type=float, default=None,
+                        help="the --lenpen the output was decoded with, to record")  # fmt: skip
     args = parser.parse_args(argv)
 
     rows = parse_generate(open(args.generate_output, encoding="utf-8").read())
@@ -121,6 +124,8 @@ def main(argv=None):
         if best is not None:
             print(f"checkpoint_best.pt holds update {best['update']}: valid loss "
                   f"{best['valid_loss']}, perplexity {best['valid_ppl']}")  # fmt: skip
+    if args.lenpen is not None:
+        print(f"decoded with --lenpen {args.lenpen:g}")
     print(f"sacreBLEU {bleu.score:.2f}  ({bleu_sig})")
     print(f"chrF2     {chrf.score:.2f}  ({chrf_sig})")
     lengths = bleu_lengths(bleu)
@@ -138,6 +143,7 @@ def main(argv=None):
                 "chrf_signature": str(chrf_sig),
                 **lengths,
                 "training": summary,
+                "lenpen": args.lenpen,
             },
             f,
             indent=1,

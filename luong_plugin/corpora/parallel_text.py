@@ -191,6 +191,9 @@ def options_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", help="train for E epochs instead")
     p.add_argument("--seed", default="1", help="training seed (default 1)")
     p.add_argument("--beam", default="5", help="beam size for the test set (default 5)")
+    p.add_argument("--lenpen", default="auto", help="fairseq-generate's --lenpen for the test "
+                   "set: auto (default: chosen on the valid set), a number, or numbers "
+                   "separated by commas to choose among")
     p.add_argument("--src-lang", help="source language code (default: --src's extension)")
     p.add_argument("--tgt-lang", help="target language code (default: --tgt's extension)")
     p.add_argument("--dry-run", action="store_true",
@@ -229,6 +232,7 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     for option in ("vocab", "beam"):
         value = getattr(args, option)
         setattr(args, option, whole(f"--{option}", value, 1, "a whole number >= 1"))
+    args.lenpen = lenpens(args.lenpen)
     for option in ("seed", "split_seed"):
         name = "--" + option.replace("_", "-")
         setattr(args, option, whole(name, getattr(args, option), 0, "a whole number >= 0"))
@@ -250,6 +254,25 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
         if name in OWN_FLAGS:
             raise InputError(f"-- {name}: run.sh sets this flag; use {OWN_FLAGS[name]} instead")
     return args
+
+
+LENPENS = re.compile(r"[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]+)?)*")
+
+
+def lenpens(value: str) -> str:
+    """``--lenpen``: auto, one value >= 0, or values separated by commas, each once (the
+    check of luong_plugin/analysis/lenpen.py, which chooses among them)."""
+    if value == "auto":
+        return value
+    if not LENPENS.fullmatch(value):
+        raise InputError(
+            f"--lenpen {value!r}: expected auto (chosen on the valid set), a number >= 0 such as "
+            "1 (fairseq's default), or such numbers separated by commas to choose among"
+        )
+    values = [float(v) for v in value.split(",")]
+    if len(set(values)) != len(values):
+        raise InputError(f"--lenpen {value!r}: give each value once")
+    return value
 
 
 def languages(args) -> Tuple[str, str]:

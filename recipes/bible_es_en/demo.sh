@@ -2,13 +2,19 @@
 # `make demo`: Luong et al.'s best configuration (local-p attention, general score,
 # input feeding, dropout; the source read forward, see below) trained on the
 # Spanish->English Bible on the CPU, in bf16 where the CPU has it, then beam search
-# on the held-out test chapters, sacreBLEU and chrF with their signatures, sample
-# translations and an attention heatmap.
+# on the held-out test chapters with fairseq's length penalty chosen on the valid
+# chapters, sacreBLEU and chrF with their signatures, sample translations and an
+# attention heatmap.
 #
 # usage: recipes/bible_es_en/demo.sh
-#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, WINDOW, SIGMA, FORGET_GATE_BIAS, EXPLORE,
-#        PYTHON to override;
-#        DRY_RUN=1 prints the training and decoding commands and stops)
+#        (env DATA, RUN, MINUTES, THREADS, SEED, PRECISION, WINDOW, SIGMA, FORGET_GATE_BIAS,
+#        LENPEN, EXPLORE, PYTHON to override;
+#        DRY_RUN=1 prints the training, length-penalty and decoding commands and stops)
+#        LENPEN=auto (default): fairseq-generate's --lenpen chosen on the valid chapters
+#        among 0.6, 1, 1.4, 1.8 and 2.2 (luong_plugin/analysis/lenpen.py: a decoding of
+#        the valid chapters per value);
+#        LENPEN=1 decodes with fairseq's default and skips the search, LENPEN=1,1.4
+#        chooses among those values
 #        PEER=global recipes/bible_es_en/demo.sh   our model with global attention,
 #        otherwise the demo (runs/demo_global): the comparison local-p must win
 #        PEER=lstm recipes/bible_es_en/demo.sh   fairseq's own `lstm` (global general
@@ -20,7 +26,8 @@
 # only prints the report again. Each step is also a command you can run alone:
 #   1. recipes/bible_es_en/prepare.sh --out data/bible_es_en
 #   2. recipes/with_tcmalloc fairseq-train ...   (the TRAIN_ARGS below)
-#   3. recipes/with_tcmalloc fairseq-generate ... --beam 5 --print-alignment soft
+#   3. python -m luong_plugin.analysis.lenpen ... -- fairseq-generate ... --gen-subset valid
+#      recipes/with_tcmalloc fairseq-generate ... --beam 5 --lenpen L --print-alignment soft
 #   4. python -m luong_plugin.analysis.report ...
 #   5. luong-bleu-by-length ... and luong-curves ...  (BLEU by source length, learning curve)
 set -euo pipefail
@@ -60,6 +67,13 @@ fi
 FORGET_GATE_BIAS=${FORGET_GATE_BIAS:-1}  # added to our LSTMs' forget-gate biases at init
 if ! [[ "$FORGET_GATE_BIAS" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
   echo "FORGET_GATE_BIAS must be a decimal number such as 1 or 0.5 (0: the paper's init), got '$FORGET_GATE_BIAS'" >&2; exit 2
+fi
+LENPEN=${LENPEN:-auto}
+if [ "$LENPEN" != auto ] && ! [[ "$LENPEN" =~ ^[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]+)?)*$ ]]; then
+  echo "LENPEN must be auto (choose on the valid chapters), a decimal number >= 0 such as 1 (fairseq's default), or such numbers separated by commas to choose among, got '$LENPEN'" >&2; exit 2
+fi
+if ! awk -F, '{for (i = 1; i <= NF; i++) {if (($i + 0) in seen) exit 1; seen[$i + 0]}}' <<< "$LENPEN"; then
+  echo "LENPEN must give each value once, got '$LENPEN'" >&2; exit 2
 fi
 EXPLORE=${EXPLORE:-1}
 
@@ -107,16 +121,29 @@ TRAIN_ARGS=(
   --save-dir "$RUN" --no-epoch-checkpoints --keep-best-checkpoints 0
   --seed "$SEED" --num-workers 0 --no-progress-bar --log-format simple --log-interval 50
 )
-GEN_ARGS=(
+DECODE_ARGS=(
   "$DATA/bin" --source-lang es --target-lang en --user-dir "$REPO/luong_plugin"
-  --path "$RUN/checkpoint_best.pt" --gen-subset test --beam 5 --batch-size 64
+  --path "$RUN/checkpoint_best.pt" --beam 5 --batch-size 64
   --required-batch-size-multiple 1  # fairseq would drop the last partial batch
-  --print-alignment soft
 )
+# The length penalty: one value, or the best valid sacreBLEU among several (lenpen.py: each
+# valid decoding in $RUN/valid, the scores in $RUN/valid/lenpen.json)
+SEARCH_ARGS=(
+  -m luong_plugin.analysis.lenpen --reference "$DATA/raw/valid.en" --out-dir "$RUN/valid"
+  --lenpens "$LENPEN" -- recipes/with_tcmalloc "$BIN_DIR/fairseq-generate" "${DECODE_ARGS[@]}"
+  --gen-subset valid
+)
+case "$LENPEN" in *,*|auto) SEARCH=1 ;; *) SEARCH=0 ;; esac
+GEN_ARGS=("${DECODE_ARGS[@]}" --gen-subset test --print-alignment soft)
 
-if [ "${DRY_RUN:-0}" = 1 ]; then  # print the two commands, shell-quoted, and stop
+if [ "${DRY_RUN:-0}" = 1 ]; then  # print the commands, shell-quoted, and stop
   printf '%q ' fairseq-train "${TRAIN_ARGS[@]}"; echo
-  printf '%q ' fairseq-generate "${GEN_ARGS[@]}"; echo
+  if [ "$SEARCH" = 1 ]; then  # the test's --lenpen is the value this prints: CHOSEN below
+    printf '%q ' python "${SEARCH_ARGS[@]}"; echo
+    printf '%q ' fairseq-generate "${GEN_ARGS[@]}" --lenpen CHOSEN; echo
+  else
+    printf '%q ' fairseq-generate "${GEN_ARGS[@]}" --lenpen "$LENPEN"; echo
+  fi
   exit 0
 fi
 
@@ -137,16 +164,25 @@ else
 fi
 
 echo "== 3/5 decode the test chapters (beam 5)"
-if [ "$RUN/test.gen.txt" -nt "$RUN/.trained" ]; then
-  echo "[generate] up to date, skipped"
+CHOSEN=$LENPEN
+if [ "$SEARCH" = 1 ]; then  # valid decodings already whole for this checkpoint are read again
+  echo "[lenpen] choosing fairseq-generate's --lenpen on the valid chapters ($LENPEN)"
+  CHOSEN=$(OMP_NUM_THREADS=$THREADS "$PYTHON" "${SEARCH_ARGS[@]}")
+fi
+GEN_ARGS+=(--lenpen "$CHOSEN")
+decoding="${GEN_ARGS[*]}"
+if [ "$RUN/test.gen.txt" -nt "$RUN/.trained" ] && [ "$(cat "$RUN/.decoded" 2>/dev/null)" = "$decoding" ]; then
+  echo "[generate] up to date, skipped (--lenpen $CHOSEN)"
 else
+  echo "[generate] --lenpen $CHOSEN"
   OMP_NUM_THREADS=$THREADS recipes/with_tcmalloc "$BIN_DIR/fairseq-generate" "${GEN_ARGS[@]}" \
     > "$RUN/test.gen.txt.tmp" 2> "$RUN/generate.log"
   mv "$RUN/test.gen.txt.tmp" "$RUN/test.gen.txt"
+  printf '%s\n' "$decoding" > "$RUN/.decoded"
 fi
 
 echo "== 4/5 report"
-"$PYTHON" -m luong_plugin.analysis.report "$RUN/test.gen.txt" \
+"$PYTHON" -m luong_plugin.analysis.report "$RUN/test.gen.txt" --lenpen "$CHOSEN" \
   --reference "$DATA/raw/test.en" --out-dir "$RUN" --train-log "$RUN/train.log"
 
 echo "== 5/5 analysis: BLEU by source length (Luong Fig. 6), learning curve (Fig. 5)"

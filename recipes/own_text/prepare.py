@@ -11,8 +11,8 @@ one line, ``error: ...``, before anything is written. Otherwise DIR/raw/{train,v
 holds the SHA-256 of every input file and the options that shape the data (``data``)
 and the model (``model``). A later run on the same DIR compares them: different data is
 refused; different model settings are refused once DIR/checkpoints/checkpoint_last.pt
-exists, and recorded before. The training budget and the beam are not compared: a larger
-budget trains on, a new beam decodes again. Prints ``NAME=value`` lines, shell-quoted,
+exists, and recorded before. The training budget, the beam and the length penalty are not
+compared: a larger budget trains on, a new beam or length penalty decodes again. Prints ``NAME=value`` lines, shell-quoted,
 for run.sh to ``eval``.
 """
 
@@ -174,6 +174,7 @@ def shell_assignments(args, corpus: Corpus) -> str:
         "ARCH": args.arch,
         "SEED": args.seed,
         "BEAM": args.beam,
+        "LENPEN": args.lenpen,
         "MINUTES": "" if args.minutes is None else f"{args.minutes:g}",
         "STOP_TIME_HOURS": "" if args.minutes is None else repr(args.minutes / 60),
         "EPOCHS": "" if args.epochs is None else args.epochs,

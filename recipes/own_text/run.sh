@@ -5,7 +5,8 @@
 # usage: recipes/own_text/run.sh --src FILE.xx --tgt FILE.yy --out DIR
 #          [--valid-src F --valid-tgt F] [--test-src F --test-tgt F] [--valid N] [--test N]
 #          [--split-seed S] [--vocab 8000] [--model local-p|global|local-m] [--minutes M | --epochs E]
-#          [--seed S] [--beam 5] [--src-lang xx --tgt-lang yy] [--dry-run]
+#          [--seed S] [--beam 5] [--lenpen auto|L|L,L,...] [--src-lang xx --tgt-lang yy]
+#          [--dry-run]
 #          [-- extra fairseq-train flags]
 #   env PYTHON     interpreter with fairseq and this package (default .venv/bin/python)
 #   env THREADS    CPU threads (default: all)
@@ -15,7 +16,8 @@
 #   2. one joint SentencePiece model, every split in pieces      DIR/spm
 #   3. fairseq-preprocess                                         DIR/bin
 #   4. fairseq-train luong_recommended(_global)                  DIR/checkpoints, DIR/train.log
-#   5. fairseq-generate on the test split (beam search)          DIR/test.gen.txt
+#   5. --lenpen chosen on the valid split, then fairseq-generate  DIR/valid, DIR/test.gen.txt
+#      on the test split (beam search)
 #   6. sacreBLEU and chrF with signatures, samples, a heatmap    DIR/report.json, DIR/test.hyp
 #   7. the attention explorer page (luong-explore)               DIR/explore.html
 set -euo pipefail
@@ -43,7 +45,7 @@ done
 
 # 1. Every option and input file is checked before anything is written (exit status 2,
 # one line naming the option and the file); then DIR/raw and DIR/run.json. Sets OUT
-# (absolute), SRC_LANG, TGT_LANG, VOCAB, MODEL, ARCH, SEED, BEAM, MINUTES,
+# (absolute), SRC_LANG, TGT_LANG, VOCAB, MODEL, ARCH, SEED, BEAM, LENPEN, MINUTES,
 # STOP_TIME_HOURS, EPOCHS, DRY_RUN and N_TRAIN, N_VALID, N_TEST.
 echo "== 1/7 check the inputs, hold out valid and test lines"
 PLAN=$("$PYTHON" "$REPO/recipes/own_text/prepare.py" "${OPTS[@]}" -- "${EXTRA[@]}")
@@ -81,17 +83,33 @@ TRAIN_ARGS=(
   --seed "$SEED" --num-workers 0 --no-progress-bar --log-format simple --log-interval 50
   "${EXTRA[@]}"
 )
-GEN_ARGS=(
+DECODE_ARGS=(
   "$DATA" --source-lang "$SRC_LANG" --target-lang "$TGT_LANG" --user-dir "$REPO/luong_plugin"
-  --path "$CKPT/checkpoint_best.pt" --gen-subset test --beam "$BEAM" --batch-size 64
+  --path "$CKPT/checkpoint_best.pt" --beam "$BEAM" --batch-size 64
   --required-batch-size-multiple 1  # fairseq would drop the last partial batch
   --max-len-a 2 --max-len-b 10  # fairseq's default stops every output at 200 pieces
+)
+# The length penalty: one value, or the best valid sacreBLEU among several
+# (luong_plugin/analysis/lenpen.py: each valid decoding and lenpen.json in DIR/valid)
+SEARCH_ARGS=(
+  -m luong_plugin.analysis.lenpen --reference "$OUT/raw/valid.$TGT_LANG" --out-dir "$OUT/valid"
+  --lenpens "$LENPEN" -- "$REPO/recipes/with_tcmalloc" "$BIN_DIR/fairseq-generate"
+  "${DECODE_ARGS[@]}" --gen-subset valid
+)
+case "$LENPEN" in *,*|auto) SEARCH=1 ;; *) SEARCH=0 ;; esac
+GEN_ARGS=(
+  "${DECODE_ARGS[@]}" --gen-subset test
   --print-alignment soft  # the attention maps the explorer reads
 )
 
-if [ "$DRY_RUN" = 1 ]; then  # print the two commands, shell-quoted, and stop
+if [ "$DRY_RUN" = 1 ]; then  # print the commands, shell-quoted, and stop
   printf '%q ' fairseq-train "${TRAIN_ARGS[@]}"; echo
-  printf '%q ' fairseq-generate "${GEN_ARGS[@]}"; echo
+  if [ "$SEARCH" = 1 ]; then  # the test's --lenpen is the value this prints: CHOSEN below
+    printf '%q ' python "${SEARCH_ARGS[@]}"; echo
+    printf '%q ' fairseq-generate "${GEN_ARGS[@]}" --lenpen CHOSEN; echo
+  else
+    printf '%q ' fairseq-generate "${GEN_ARGS[@]}" --lenpen "$LENPEN"; echo
+  fi
   exit 0
 fi
 
@@ -154,8 +172,27 @@ else
   printf '%s\n' "$budget" > "$CKPT/.trained"
 fi
 
-# 5. Beam search on the test split: pieces and soft attention maps, every sentence kept.
+# 5. The length penalty on the valid split, then beam search on the test split: pieces and
+# soft attention maps, every sentence kept.
 echo "== 5/7 decode the $N_TEST test lines (beam $BEAM) -> $OUT/test.gen.txt"
+CHOSEN=$LENPEN
+if [ "$SEARCH" = 1 ]; then
+  search="${SEARCH_ARGS[*]}"
+  if [ -f "$OUT/valid/lenpen.json" ] && [ "$OUT/valid/lenpen.json" -nt "$CKPT/checkpoint_best.pt" ] \
+     && [ "$(cat "$OUT/valid/.searched" 2>/dev/null)" = "$search" ]; then
+    CHOSEN=$("$PYTHON" -c "import json, sys; print('{:g}'.format(json.load(open(sys.argv[1]))['chosen']))" \
+      "$OUT/valid/lenpen.json")
+    skip "lenpen"
+  else
+    echo "[lenpen] choosing fairseq-generate's --lenpen on the $N_VALID valid lines ($LENPEN)"
+    rm -f "$OUT/valid/.searched"
+    CHOSEN=$(OMP_NUM_THREADS=$THREADS "$PYTHON" "${SEARCH_ARGS[@]}") \
+      || { echo "error: choosing --lenpen failed (the logs in $OUT/valid)" >&2; exit 1; }
+    printf '%s\n' "$search" > "$OUT/valid/.searched"
+  fi
+fi
+echo "[generate] --lenpen $CHOSEN"
+GEN_ARGS+=(--lenpen "$CHOSEN")
 decoding="${GEN_ARGS[*]}"
 if [ -f "$OUT/test.gen.txt" ] && [ "$OUT/test.gen.txt" -nt "$CKPT/checkpoint_best.pt" ] \
    && [ "$(cat "$OUT/.decoded" 2>/dev/null)" = "$decoding" ]; then
@@ -172,7 +209,7 @@ echo "== 6/7 report: sacreBLEU, chrF, samples"
 if [ -f "$OUT/report.json" ] && [ "$OUT/report.json" -nt "$OUT/test.gen.txt" ]; then
   skip report
 else
-  "$PYTHON" -m luong_plugin.analysis.report "$OUT/test.gen.txt" \
+  "$PYTHON" -m luong_plugin.analysis.report "$OUT/test.gen.txt" --lenpen "$CHOSEN" \
     --reference "$OUT/raw/test.$TGT_LANG" --out-dir "$OUT" --train-log "$OUT/train.log"
 fi
 
@@ -189,9 +226,9 @@ else
   mv "$OUT/explore.html.tmp" "$OUT/explore.html"
 fi
 
-"$PYTHON" - "$OUT" "$CKPT" > "$OUT/summary.txt" <<'EOF'
+"$PYTHON" - "$OUT" "$CKPT" "$SEARCH" > "$OUT/summary.txt" <<'EOF'
 import json, os, sys
-out, ckpt = sys.argv[1:]
+out, ckpt, search = sys.argv[1:]
 report = json.load(open(os.path.join(out, "report.json"), encoding="utf-8"))
 training = report.get("training") or {}
 print(f"done: {out}")
@@ -200,6 +237,8 @@ print(f"  checkpoint    {ckpt}/checkpoint_best.pt ({training.get('updates')} upd
 print(f"  scores        {out}/report.json, on {report['sentences']} test lines:")
 print(f"                sacreBLEU {report['bleu']:.2f}  ({report['bleu_signature']})")
 print(f"                chrF2     {report['chrf']:.2f}  ({report['chrf_signature']})")
+print(f"  decoded with  --lenpen {report['lenpen']:g}"
+      + (f", chosen on the valid lines ({out}/valid/lenpen.json)" if search == "1" else ""))
 print(f"  translations  {out}/test.hyp (references: {out}/raw/)")
 print(f"  explorer      {out}/explore.html")
 print(f"  logs          {out}/train.log, {out}/generate.log, {out}/explore.log")
