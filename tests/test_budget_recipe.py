@@ -295,7 +295,7 @@ def test_demo_sh_chooses_the_length_penalty_on_the_valid_chapters_unless_told():
     test = options.parse_args_and_arch(parser(), generate[1:-2])
     assert (valid.gen_subset, test.gen_subset) == ("valid", "test")
     assert (valid.print_alignment, test.print_alignment) == (None, "soft")
-    same = ("path", "beam", "batch_size", "required_batch_size_multiple", "lenpen", "data")
+    same = ("path", "beam", "batch_size", "required_batch_size_multiple", "data")
     assert [getattr(valid, k) for k in same] == [getattr(test, k) for k in same]
 
     _, generate = demo_commands(LENPEN="1,1.4")

@@ -51,8 +51,9 @@ def test_auto_is_the_recipes_values_and_a_list_is_checked():
     for bad in ("x", "-1", "1,,2", "inf", "nan", ""):
         with pytest.raises(Exception, match="expected auto or values >= 0"):
             lenpen.parse_lenpens(bad)
-    with pytest.raises(Exception, match="each value once"):
-        lenpen.parse_lenpens("1,1.0")
+    for same in ("1,1.0", "1,1.0000001"):  # the second would name the same file
+        with pytest.raises(Exception, match="each value once"):
+            lenpen.parse_lenpens(same)
 
 
 def test_the_checkpoint_is_the_first_of_path():
@@ -67,7 +68,7 @@ class Ran:
         self.returncode, self.stdout, self.stderr = returncode, out, err
 
 
-def search(tmp_path, values, capsys, monkeypatch, **env):
+def search(tmp_path, values, capsys, monkeypatch, beam="5", program=sys.executable, **env):
     """lenpen.py's command, in this process, with the stand-in as the command after --."""
     stand_in = tmp_path / "generate.py"
     stand_in.write_text(STAND_IN % OUTPUTS)
@@ -78,7 +79,7 @@ def search(tmp_path, values, capsys, monkeypatch, **env):
     reference.write_text("\n".join(REFERENCES) + "\n")
     argv = [
         "--reference", reference, "--out-dir", tmp_path / "valid", "--lenpens", values,
-        "--", sys.executable, stand_in, "--path", checkpoint, "--beam", "5",
+        "--", program, stand_in, "--path", checkpoint, "--beam", beam,
     ]  # fmt: skip
     monkeypatch.setenv("CALLS", str(tmp_path / "calls"))
     monkeypatch.delenv("FAIL", raising=False)
@@ -118,11 +119,19 @@ def test_the_search_scores_each_decoding_and_prints_the_choice(tmp_path, capsys,
     # whole decodings by this checkpoint and command are read again, not redone
     again = search(tmp_path, "1,1.4", capsys, monkeypatch)
     assert again.stdout.splitlines()[-1] == "1.4" and calls(tmp_path) == ["1", "1.4", "2"]
-    # a newer checkpoint decodes again
+    # a decoding cut short (its log without the closing count) decodes again
+    log = tmp_path / "valid" / "lenpen1.4.txt.log"
+    log.write_text("INFO | fairseq_cli.generate | no closing count: killed\n")
+    search(tmp_path, "1,1.4", capsys, monkeypatch)
+    assert calls(tmp_path)[3:] == ["1.4"]
+    # so does another command (the beam, here)
+    search(tmp_path, "2", capsys, monkeypatch, beam="4")
+    assert calls(tmp_path)[4:] == ["2"]
+    # and a newer checkpoint
     checkpoint = tmp_path / "checkpoint_best.pt"
     os.utime(checkpoint, (os.path.getmtime(checkpoint) + 100,) * 2)
-    search(tmp_path, "2", capsys, monkeypatch)
-    assert calls(tmp_path)[3:] == ["2"]
+    search(tmp_path, "1", capsys, monkeypatch)
+    assert calls(tmp_path)[5:] == ["1"]
 
 
 def test_a_failed_decoding_stops_the_search_naming_its_log(tmp_path, capsys, monkeypatch):
@@ -135,6 +144,17 @@ def test_a_failed_decoding_stops_the_search_naming_its_log(tmp_path, capsys, mon
     # the next search decodes 1.4 again (1 is whole and is read again)
     again = search(tmp_path, "1,1.4", capsys, monkeypatch)
     assert again.returncode == 0 and calls(tmp_path) == ["1", "1.4", "1.4"]
+
+
+def test_a_missing_program_or_checkpoint_is_one_error_line(tmp_path, capsys, monkeypatch):
+    run = search(tmp_path, "1", capsys, monkeypatch, program=str(tmp_path / "no-such-program"))
+    assert run.returncode == 1 and "no-such-program: No such file or directory" in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "valid" / "lenpen1.txt.tmp").exists()
+    (tmp_path / "checkpoint_best.pt").unlink()
+    with pytest.raises(SystemExit) as stop:
+        lenpen.main(["--reference", str(tmp_path / "valid.en"), "--out-dir", str(tmp_path / "o"),
+                     "--", "g", "--path", str(tmp_path / "checkpoint_best.pt")])  # fmt: skip
+    assert stop.value.code == 2 and "no such checkpoint" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

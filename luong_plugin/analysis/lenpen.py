@@ -71,7 +71,7 @@ def parse_lenpens(text: str) -> List[float]:
                 "0.6,1,1.4"
             )
         values.append(value)
-    if len(set(values)) != len(values):
+    if len({f"{v:g}" for v in values}) != len(values):  # as they name the decodings' files
         raise argparse.ArgumentTypeError(f"'{text}': each value once")
     return values
 
@@ -109,10 +109,17 @@ def decode(command: List[str], lenpen: float, out: str) -> str:
     said = out + ".cmd"
     same = os.path.exists(said) and open(said, encoding="utf-8").read() == "\0".join(full)
     if not (same and whole_decoding(out, checkpoint_of(command))):
-        with open(out + ".tmp", "w", encoding="utf-8") as f, open(out + ".log", "w") as log:
-            code = subprocess.call(full, stdout=f, stderr=log)
-        if code != 0:
-            raise RuntimeError(f"fairseq-generate failed (exit {code}): see {out}.log")
+        if os.path.exists(said):
+            os.remove(said)  # no command stays beside an output it did not make
+        try:
+            with open(out + ".tmp", "w", encoding="utf-8") as f, open(out + ".log", "w") as log:
+                code = subprocess.call(full, stdout=f, stderr=log)
+            failed = f"exit {code}" if code != 0 else None
+        except OSError as error:  # no such program, say
+            failed = f"{full[0]}: {error.strerror}"
+        if failed:
+            os.remove(out + ".tmp")
+            raise RuntimeError(f"fairseq-generate failed ({failed}): see {out}.log")
         os.replace(out + ".tmp", out)
         with open(said, "w", encoding="utf-8") as f:
             f.write("\0".join(full))
@@ -139,9 +146,11 @@ def main(argv=None):
     if any(a == "--lenpen" or a.startswith("--lenpen=") for a in command):
         parser.error("the command must not set --lenpen: --lenpens gives the values")
     try:
-        checkpoint_of(command)
+        checkpoint = checkpoint_of(command)
     except ValueError as error:
         parser.error(str(error))
+    if not os.path.isfile(checkpoint):
+        parser.error(f"--path {checkpoint}: no such checkpoint")
     if not os.path.isfile(args.reference):
         parser.error(f"--reference {args.reference}: no such file")
 

@@ -23,7 +23,7 @@
 #        the demo is measured against
 #        experiments/budget.py runs these one after the other, two seeds each
 # Every step is skipped when its outputs are newer than its inputs, so a second run
-# only prints the report again. Each step is also a command you can run alone:
+# only reads the valid decodings of the length penalty's search and prints the report again. Each step is also a command you can run alone:
 #   1. recipes/bible_es_en/prepare.sh --out data/bible_es_en
 #   2. recipes/with_tcmalloc fairseq-train ...   (the TRAIN_ARGS below)
 #   3. python -m luong_plugin.analysis.lenpen ... -- fairseq-generate ... --gen-subset valid
