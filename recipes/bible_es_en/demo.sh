@@ -56,14 +56,6 @@ SIGMA=${SIGMA:-5}  # local-p's Gaussian sigma, in pieces (0: D/2, the paper's)
 if ! [[ "$SIGMA" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
   echo "SIGMA must be a decimal number >= 0 such as 10 or 7.5 (local-p's Gaussian sigma in pieces; 0: D/2, the paper's), got '$SIGMA'" >&2; exit 2
 fi
-PRECISION=${PRECISION:-}
-if [ -z "$PRECISION" ]; then  # by measurement: bf16 on a CPU with native bf16, else fp32 (docs/SPEED.md)
-  PRECISION=$("$PYTHON" -c "
-from luong_plugin.modules.precision import default_precision
-print(default_precision())" \
-    2>/dev/null) || { echo "[demo] cannot import luong_plugin with $PYTHON: run make setup" >&2; exit 1; }
-  [ "$PRECISION" = bf16 ] || echo "[demo] training in fp32 on this machine (a GPU, or a CPU without native bf16)" >&2
-fi
 FORGET_GATE_BIAS=${FORGET_GATE_BIAS:-1}  # added to our LSTMs' forget-gate biases at init
 if ! [[ "$FORGET_GATE_BIAS" =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then
   echo "FORGET_GATE_BIAS must be a decimal number such as 1 or 0.5 (0: the paper's init), got '$FORGET_GATE_BIAS'" >&2; exit 2
@@ -74,6 +66,15 @@ if [ "$LENPEN" != auto ] && ! [[ "$LENPEN" =~ ^[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]
 fi
 if ! awk -F, '{for (i = 1; i <= NF; i++) {if (($i + 0) in seen) exit 1; seen[$i + 0]}}' <<< "$LENPEN"; then
   echo "LENPEN must give each value once, got '$LENPEN'" >&2; exit 2
+fi
+# after every check above, which need no Python: a bad value is refused at once
+PRECISION=${PRECISION:-}
+if [ -z "$PRECISION" ]; then  # by measurement: bf16 on a CPU with native bf16, else fp32 (docs/SPEED.md)
+  PRECISION=$("$PYTHON" -c "
+from luong_plugin.modules.precision import default_precision
+print(default_precision())" \
+    2>/dev/null) || { echo "[demo] cannot import luong_plugin with $PYTHON: run make setup" >&2; exit 1; }
+  [ "$PRECISION" = bf16 ] || echo "[demo] training in fp32 on this machine (a GPU, or a CPU without native bf16)" >&2
 fi
 EXPLORE=${EXPLORE:-1}
 
