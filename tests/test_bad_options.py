@@ -115,9 +115,7 @@ def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
     assert f"error: argument {option_name(name)}: must be " in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "argv, message",
-    [
+BAD_VALUES = [
         (["--window-size", "0"], "argument --window-size: must be a positive integer, got 0"),
         (["--dropout", "1"], "argument --dropout: must be in [0, 1), got 1.0"),
         (
@@ -135,8 +133,21 @@ def test_numeric_value_refused_by_the_parser(arch, name, field_type, capsys):
         (["--init-range", "0"], "argument --init-range: must be > 0, got 0.0"),
         (["--forget-gate-bias", "inf"], "argument --forget-gate-bias: must be a number, got inf"),
         (["--window-size", "ten"], "argument --window-size: invalid int value: 'ten'"),
-    ],
-)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, message", BAD_VALUES)
+def test_fairseq_trains_parser_refuses_a_bad_value_in_one_line(argv, message, capsys):
+    """fairseq-train's own parser, in this process: argparse's error as its last line."""
+    with pytest.raises(SystemExit) as stop:
+        parse_training_args("luong_tiny", *argv)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f": error: {message}")
+
+
+# two of them through the real command (each start of fairseq-train costs seconds): one of
+# our checks, one of argparse's own
+@pytest.mark.parametrize("argv, message", [BAD_VALUES[0], BAD_VALUES[-1]])
 def test_fairseq_train_refuses_a_bad_value_in_one_line(argv, message):
     """The real command: argparse's error as its last line, exit 2, no traceback."""
     status, _, err = run_tool(
