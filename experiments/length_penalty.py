@@ -39,10 +39,9 @@ import threading
 import time
 
 from experiments import corpus_budget, harness
-from luong_plugin.analysis.generate_output import parse_generate
 from luong_plugin.analysis.lenpen import choose as choose_lenpen
+from luong_plugin.analysis.lenpen import scores as lenpen_scores
 from luong_plugin.analysis.lenpen import whole_decoding
-from luong_plugin.analysis.report import bleu_lengths, hypotheses, score
 
 RESULTS = harness.results_dir("length_penalty")
 _forced_lock = threading.Lock()  # runs go on threads; one model read in this process at once
@@ -94,15 +93,13 @@ def decoded(corpus: str, checkpoint: str, split: str, beam: int, lenpen: float, 
         if code != 0:
             raise RuntimeError(f"fairseq-generate failed (exit {code}): see {out}.log")
     with open(out, encoding="utf-8") as f:
-        rows = parse_generate(f.read())
+        text = f.read()
     with open(os.path.join(data, "raw", f"{split}.{tgt}"), encoding="utf-8") as f:
         references = f.read().splitlines()
     try:
-        detokenised = hypotheses(rows, references)
+        return lenpen_scores(text, references)  # the recipes' scoring of a valid decoding
     except ValueError as error:
         raise RuntimeError(f"{out}: {error}") from None
-    (bleu, _), (chrf, _) = score(detokenised, references)
-    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2), **bleu_lengths(bleu)}
 
 
 # a step's attention is at the source's end when it stands in the last tenth of the source's
