@@ -164,7 +164,7 @@ def test_demo_sh_refuses_a_window_that_is_not_a_positive_whole_number(window):
      for v in ("x", "1e3", "0.", "--1")]
     + [("SIGMA", v, "SIGMA must be a decimal number >= 0") for v in ("x", "-1", "1e3", "5.")]
     + [("LENPEN", v, "LENPEN must be auto") for v in ("x", "-1", "1,,2", "1,")]
-    + [("LENPEN", "1,1.0", "LENPEN must give each value once")],
+    + [("LENPEN", v, "LENPEN must give each value once") for v in ("1,1.0", "1,1.0000001")],
 )  # fmt: skip
 def test_demo_sh_refuses_a_value_that_is_not_a_decimal_number(variable, value, message):
     env = dict(os.environ, DRY_RUN="1", **{variable: value})

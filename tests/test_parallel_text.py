@@ -154,3 +154,21 @@ def test_languages_come_from_the_extensions_or_the_options():
     assert (args.src_lang, args.tgt_lang) == ("src", "tgt")
     args = options("a.txt", "b.txt", "o", "--src-lang", "de", "--tgt-lang", "fr")
     assert (args.src_lang, args.tgt_lang) == ("de", "fr")
+
+
+def test_lenpen_values_are_checked_as_the_search_names_their_files(tmp_path):
+    """--lenpen: each value once, compared as lenpen.py names their decodings (%g), so that a
+    list the recipe takes is one the search after training takes too."""
+    from luong_plugin.analysis.lenpen import parse_lenpens
+
+    out = tmp_path / "o"
+    assert options("a.es", "a.en", out).lenpen == "auto"
+    assert options("a.es", "a.en", out, "--lenpen", "1,1.001").lenpen == "1,1.001"
+    assert parse_lenpens("1,1.001") == [1.0, 1.001]
+    for same in ("1,1.0", "1,1.0000001"):
+        with pytest.raises(InputError, match="give each value once"):
+            options("a.es", "a.en", out, "--lenpen", same)
+        with pytest.raises(Exception, match="each value once"):
+            parse_lenpens(same)
+    with pytest.raises(InputError, match="expected auto"):
+        options("a.es", "a.en", out, "--lenpen", "1e3")

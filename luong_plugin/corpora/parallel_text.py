@@ -269,7 +269,7 @@ def lenpens(value: str) -> str:
             f"--lenpen {value!r}: expected auto (chosen on the valid set), a number >= 0 such as "
             "1 (fairseq's default), or such numbers separated by commas to choose among"
         )
-    values = [float(v) for v in value.split(",")]
+    values = [f"{float(v):g}" for v in value.split(",")]  # as the search names their files
     if len(set(values)) != len(values):
         raise InputError(f"--lenpen {value!r}: give each value once")
     return value

@@ -64,7 +64,8 @@ LENPEN=${LENPEN:-auto}
 if [ "$LENPEN" != auto ] && ! [[ "$LENPEN" =~ ^[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]+)?)*$ ]]; then
   echo "LENPEN must be auto (choose on the valid chapters), a decimal number >= 0 such as 1 (fairseq's default), or such numbers separated by commas to choose among, got '$LENPEN'" >&2; exit 2
 fi
-if ! awk -F, '{for (i = 1; i <= NF; i++) {if (($i + 0) in seen) exit 1; seen[$i + 0]}}' <<< "$LENPEN"; then
+# each value once, compared as the search names their files (%g: 1 and 1.0000001 are one)
+if ! awk -F, '{for (i = 1; i <= NF; i++) {k = sprintf("%g", $i); if (k in seen) exit 1; seen[k]}}' <<< "$LENPEN"; then
   echo "LENPEN must give each value once, got '$LENPEN'" >&2; exit 2
 fi
 # after every check above, which need no Python: a bad value is refused at once

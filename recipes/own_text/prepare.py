@@ -12,8 +12,8 @@ holds the SHA-256 of every input file and the options that shape the data (``dat
 and the model (``model``). A later run on the same DIR compares them: different data is
 refused; different model settings are refused once DIR/checkpoints/checkpoint_last.pt
 exists, and recorded before. The training budget, the beam and the length penalty are not
-compared: a larger budget trains on, a new beam or length penalty decodes again. Prints ``NAME=value`` lines, shell-quoted,
-for run.sh to ``eval``.
+compared: a larger budget trains on, a new beam or length penalty decodes again. Prints
+``NAME=value`` lines, shell-quoted, for run.sh to ``eval``.
 """
 
 import importlib.util
